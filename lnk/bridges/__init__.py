@@ -1,0 +1,15 @@
+"""Bridges: the doors out of a sandbox, all on one server, every call proved.
+
+- :mod:`lnk.bridges.proof`: the endpoint proof and the bridge proof (HMAC-SHA256).
+- :mod:`lnk.bridges.server`: :class:`BridgeServer`, the one server every bridge runs on.
+- :mod:`lnk.bridges.client`: :func:`call`, one proved call to a bridge.
+
+See ``docs/bridges.md`` for the protocol.
+"""
+
+from __future__ import annotations
+
+from lnk.bridges.client import call
+from lnk.bridges.server import BridgeServer, Call
+
+__all__ = ["BridgeServer", "Call", "call"]

@@ -1,0 +1,254 @@
+"""Running an agent in the background, keyed by its ID.
+
+A systemd user unit (``lnk-agent-<id>.service``) where a user systemd runs,
+otherwise a supervised background process with a pidfile.  Either way the
+process is the runner (``python -m lnk.agents.runner ID``), which makes the
+start's key, starts the harness (in its sandbox unless the agent's setting says
+otherwise) and writes ``endpoint.json`` once the harness listens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lnk.agents import ports
+from lnk.agents.machine import account_owner, load_machine
+from lnk.agents.registry import Agent, taken_blocks
+from lnk.errors import AgentNotRunning, Refused
+
+START_DEADLINE_S = float(os.environ.get("LNK_START_DEADLINE", "30"))
+
+
+def _manager() -> str:
+    forced = os.environ.get("LNK_SERVICE_MANAGER")
+    if forced in ("systemd", "process"):
+        return forced
+    if shutil.which("systemctl") is None:
+        return "process"
+    try:
+        r = subprocess.run(["systemctl", "--user", "is-system-running"], capture_output=True,
+                           text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return "process"
+    return "systemd" if r.stdout.strip() in ("running", "degraded", "starting") else "process"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def runner_pid(agent: Agent) -> int | None:
+    try:
+        pid = int((agent.runtime / "runner.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def is_running(agent: Agent) -> bool:
+    return runner_pid(agent) is not None
+
+
+def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
+    """Settle the agent's settings before a start; returns notes for the person."""
+    notes: list[str] = []
+    machine_settings = load_machine(agent.machine)
+    s = agent.settings
+    if sandbox is not None and sandbox != s.sandbox:
+        s.sandbox = sandbox
+        agent.save()
+    if not s.sandbox and not machine_settings.unsandboxed:
+        raise Refused(
+            f"this machine refuses to run agents without a sandbox (unsandboxed = false in "
+            f"{agent.machine.machine_toml})",
+            hint=f"start it sandboxed: lnk agent start --agent {s.name} --sandbox",
+        )
+    acct = account_owner(agent.machine)
+    if acct and s.owner.startswith("local-"):
+        notes.append(f"{s.name} now belongs to the signed-in account ({acct})")
+        s.owner = acct
+        agent.save()
+    if s.sandbox:
+        from lnk.sandbox.bwrap import check_bwrap
+
+        check_bwrap()
+    if not ports.block_free(s.port_base, s.port_count):
+        old = s.port_base
+        s.port_base = ports.random_free_block(taken_blocks(agent.machine, except_name=s.name),
+                                              s.port_count)
+        agent.save()
+        notes.append(f"a program holds a port of {s.name}'s block {old}-{old + s.port_count - 1}; "
+                     f"it moves to {s.port_base}-{s.port_base + s.port_count - 1}")
+    return notes
+
+
+def start(agent: Agent) -> dict[str, Any]:
+    """Start the runner in the background and wait until the harness answers."""
+    if is_running(agent):
+        return status(agent)
+    rt = agent.runtime
+    rt.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for stale in ("exit.json", "endpoint.json", "key"):
+        (rt / stale).unlink(missing_ok=True)
+    log = rt / "harness.log"
+    env = dict(os.environ)
+    env["HOME"] = str(agent.machine.home)
+    argv = [sys.executable, "-m", "lnk.agents.runner", agent.id]
+    if _manager() == "systemd":
+        _start_systemd(agent, argv, log)
+    else:
+        with open(log, "ab") as logf:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    cwd=str(agent.machine.home))
+        (rt / "runner.pid").write_text(f"{proc.pid}\n")
+    return _wait_answering(agent)
+
+
+def _unit_path(agent: Agent) -> Path:
+    return agent.machine.home / ".config" / "systemd" / "user" / f"{agent.settings.service_name}.service"
+
+
+def _start_systemd(agent: Agent, argv: list[str], log: Path) -> None:
+    unit = _unit_path(agent)
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text(
+        "[Unit]\n"
+        f"Description=lnk agent {agent.name} ({agent.id})\n\n"
+        "[Service]\n"
+        f"Environment=HOME={agent.machine.home}\n"
+        f"ExecStart={' '.join(argv)}\n"
+        f"ExecStartPost=/bin/sh -c 'echo $MAINPID > {agent.runtime}/runner.pid'\n"
+        f"StandardOutput=append:{log}\nStandardError=append:{log}\n"
+        "Restart=no\n"
+    )
+    subprocess.run(["systemctl", "--user", "daemon-reload"], check=False)
+    subprocess.run(["systemctl", "--user", "start", unit.name], check=True)
+
+
+def _log_tail(agent: Agent, lines: int = 5) -> str:
+    try:
+        text = (agent.runtime / "harness.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(text.strip().splitlines()[-lines:])
+
+
+def _wait_answering(agent: Agent) -> dict[str, Any]:
+    deadline = time.monotonic() + START_DEADLINE_S
+    while time.monotonic() < deadline:
+        st = status(agent)
+        if st["running"]:
+            return st
+        if runner_pid(agent) is None and (agent.runtime / "runner.pid").exists():
+            raise AgentNotRunning(
+                f"{agent.name}'s harness stopped as it started: {_log_tail(agent) or 'no log'}",
+                hint=f"see lnk agent logs --agent {agent.name}",
+            )
+        time.sleep(0.05)
+    stop(agent)
+    raise AgentNotRunning(
+        f"{agent.name}'s harness did not answer within {START_DEADLINE_S:.0f} s, so it was stopped",
+        hint=f"see lnk agent logs --agent {agent.name}",
+    )
+
+
+def stop(agent: Agent, timeout: float = 10.0) -> bool:
+    """Stop the agent's runner; True if something was running."""
+    if _manager() == "systemd" and _unit_path(agent).exists():
+        subprocess.run(["systemctl", "--user", "stop", _unit_path(agent).name], check=False)
+    pid = runner_pid(agent)
+    if pid is None:
+        (agent.runtime / "runner.pid").unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.05)
+    if _pid_alive(pid):
+        os.killpg(pid, signal.SIGKILL) if _is_group_leader(pid) else os.kill(pid, signal.SIGKILL)
+    (agent.runtime / "runner.pid").unlink(missing_ok=True)
+    (agent.runtime / "endpoint.json").unlink(missing_ok=True)
+    (agent.runtime / "key").unlink(missing_ok=True)
+    return True
+
+
+def _is_group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
+
+
+def endpoint_key(agent: Agent) -> bytes | None:
+    try:
+        return (agent.runtime / "key").read_bytes()
+    except OSError:
+        return None
+
+
+def status(agent: Agent, ask: bool = True) -> dict[str, Any]:
+    s = agent.settings
+    ep = _read_json(agent.runtime / "endpoint.json")
+    pid = runner_pid(agent)
+    out: dict[str, Any] = {
+        "name": s.name,
+        "id": s.id,
+        "owner": s.owner,
+        "running": False,
+        "state": "stopped",
+        "endpoint": f"http://127.0.0.1:{s.endpoint_port}",
+        "sandboxed": s.sandbox,
+        "ports": s.ports,
+        "store": s.store,
+        "service": s.service_name,
+    }
+    if pid is not None:
+        out["pid"] = pid
+        out["state"] = "starting"
+        key = endpoint_key(agent)
+        if ep and key and ask:
+            from lnk.harness.client import status as harness_status
+
+            try:
+                answer = harness_status(int(ep["port"]), key, timeout=3.0)
+            except Exception as e:  # noqa: BLE001 - any failure means "not answering"
+                out["state"] = "not answering"
+                out["problem"] = str(e)
+            else:
+                ok = answer.get("id") == s.id
+                out["running"] = ok
+                out["state"] = "running" if ok else "answered as another agent"
+                out["sandboxed"] = bool(ep.get("sandboxed", s.sandbox))
+    else:
+        died = _read_json(agent.runtime / "exit.json")
+        if died:
+            out["state"] = "died"
+            out["exit"] = died
+    return out

@@ -1,0 +1,66 @@
+"""What commands print: data on stdout (JSON with --json), words on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def out(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def say(line: str) -> None:
+    """A note for the person (stderr), never data."""
+    sys.stderr.write(f"lnk: {line}\n")
+    sys.stderr.flush()
+
+
+def table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        out("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def progress(it: Iterable[T], *, total: int | None = None, desc: str = "",
+             unit: str = "B") -> Iterator[T]:
+    """A tqdm bar on a terminal; nothing at all in a script."""
+    if not sys.stderr.isatty():
+        yield from it
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(it, total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
+
+
+def progress_bar(total: int | None, desc: str = "", unit: str = "B"):  # type: ignore[no-untyped-def]
+    """A bar object with .update(n)/.close(); a silent one when not on a terminal."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
+    return _Silent()
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        pass

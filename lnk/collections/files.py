@@ -1,0 +1,394 @@
+"""The plain-files driver.
+
+    <root>/events/<enc name>/.name                 the collection's name (marks it as existing)
+    <root>/events/<enc name>/000000000001.json     one file per event, published with link(2)
+    <root>/events/<enc name>/turn.json             the turn lease (+ .turn.lock for flock)
+    <root>/<notes|jobs|tools>/<enc name>/.name     ditto
+    <root>/<notes|jobs|tools>/<enc name>/<enc key>.json   {"key": ..., "value": {...}}
+    <root>/<notes|jobs|tools>/<enc name>/.version  the change counter (the watermark)
+    <root>/<notes|jobs|tools>/<enc name>/.lock     writers of the map hold it (flock)
+    <root>/.staging/                               imports being assembled
+
+Names and keys are percent-encoded (everything but ``A-Za-z0-9_-``), or, when
+that would be long, ``~`` and their SHA-256; the real name is kept inside.
+
+An event is written to a temporary file and then hard-linked to its numbered
+name: link(2) fails if the name exists, so exactly one of any number of racing
+writers (threads or processes) wins, and a reader never sees half an event.  An
+event is written only if its predecessor exists, so numbers stay dense and the
+last number is found by galloping and bisecting (O(log n) stat calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from lnk.collections.base import (
+    DEFAULT_LAPSE_MS,
+    KINDS,
+    CollectionId,
+    Event,
+    Lease,
+    Store,
+    check_name,
+    check_number,
+    decode_value,
+    encode_value,
+    resolve_now,
+)
+from lnk.errors import InvalidInput
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_MAX_ENCODED = 150
+
+
+def encode_name(name: str) -> str:
+    """A file name for ``name``: never empty, never starting with '.', at most 151 bytes."""
+    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+    if len(out) > _MAX_ENCODED:
+        return "~" + hashlib.sha256(name.encode()).hexdigest()
+    return out
+
+
+def _decode_name(enc: str) -> str | None:
+    if enc.startswith("~"):
+        return None
+    return bytes(_unquote(enc)).decode()
+
+
+def _unquote(enc: str) -> bytearray:
+    out = bytearray()
+    i = 0
+    while i < len(enc):
+        if enc[i] == "%":
+            out.append(int(enc[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out += enc[i].encode()
+            i += 1
+    return out
+
+
+def _event_file(n: int) -> str:
+    return f"{n:012d}.json"
+
+
+class FileStore(Store):
+    """Collections as plain files under ``root``."""
+
+    def __init__(self, root: Path, lapse_ms: int = DEFAULT_LAPSE_MS, fsync: bool = True) -> None:
+        super().__init__(lapse_ms)
+        self.root = Path(root)
+        self.fsync = fsync
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.root)!r})"
+
+    # ---- plumbing -----------------------------------------------------------
+    def _dir(self, cid: CollectionId) -> Path:
+        return self.root / cid.kind / encode_name(cid.name)
+
+    def _sync_dir(self, d: Path) -> None:
+        if self.fsync:
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _tmp(self, d: Path, data: bytes) -> Path:
+        tmp = d / f".tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(fd, data)
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        tmp = self._tmp(path.parent, data)
+        os.replace(tmp, path)
+        self._sync_dir(path.parent)
+
+    def _publish(self, path: Path, data: bytes) -> bool:
+        """Create ``path`` with ``data`` only if it does not exist (atomically)."""
+        tmp = self._tmp(path.parent, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        self._sync_dir(path.parent)
+        return True
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _ensure(self, cid: CollectionId) -> Path:
+        d = self._dir(cid)
+        if not (d / ".name").exists():
+            d.mkdir(parents=True, exist_ok=True)
+            self._replace(d / ".name", cid.name.encode())
+        return d
+
+    def _touch(self, cid: CollectionId) -> None:
+        self._ensure(cid)
+
+    # ---- logs -------------------------------------------------------------
+    def append(self, cid: CollectionId, number: int, event: dict[str, Any]) -> bool:
+        self._log(cid)
+        check_number("event number", number, 1)
+        return self._append_encoded(cid, number, [encode_value(f"event {number}", event)]) == 1
+
+    def append_many(self, cid: CollectionId, first: int, events: list[dict[str, Any]]) -> int:
+        self._log(cid)
+        check_number("event number", first, 1)
+        texts = [encode_value(f"event {first + i}", e) for i, e in enumerate(events)]
+        return self._append_encoded(cid, first, texts)
+
+    def _append_encoded(self, cid: CollectionId, first: int, texts: list[str]) -> int:
+        d = self._ensure(cid)
+        if first > 1 and not (d / _event_file(first - 1)).exists():
+            return 0  # a gap
+        for i, text in enumerate(texts):
+            if not self._publish(d / _event_file(first + i), text.encode()):
+                return i
+        return len(texts)
+
+    def iter_events(self, cid: CollectionId, start: int = 1,
+                    stop: int | None = None) -> Iterator[Event]:
+        self._log(cid)
+        start, stop = self._range(start, stop)
+        d = self._dir(cid)
+        n = start
+        while stop is None or n < stop:
+            try:
+                data = (d / _event_file(n)).read_bytes()
+            except FileNotFoundError:
+                return
+            yield Event(n, decode_value(data))
+            n += 1
+
+    def last_number(self, cid: CollectionId) -> int:
+        self._log(cid)
+        d = self._dir(cid)
+
+        def has(n: int) -> bool:
+            return (d / _event_file(n)).exists()
+
+        lo, step = 0, 1  # invariant: every number <= lo exists (numbers are dense)
+        while has(lo + step):
+            lo += step
+            step *= 2
+        hi = lo + step  # does not exist
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if has(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    # ---- maps -------------------------------------------------------------
+    def _entry(self, d: Path, key: str) -> Path:
+        return d / (encode_name(key) + ".json")
+
+    def _bump(self, d: Path) -> None:
+        self._replace(d / ".version", str(self._version(d) + 1).encode())
+
+    @staticmethod
+    def _version(d: Path) -> int:
+        try:
+            return int((d / ".version").read_text())
+        except FileNotFoundError:
+            return 0
+
+    def put(self, cid: CollectionId, key: str, value: dict[str, Any]) -> None:
+        self._map(cid)
+        check_name("map key", key)
+        text = encode_value(f"the value of {key!r}", value)
+        d = self._ensure(cid)
+        data = json.dumps({"key": key, "value": json.loads(text)}, ensure_ascii=True,
+                          separators=(",", ":")).encode()
+        with self._locked(d / ".lock"):
+            self._replace(self._entry(d, key), data)
+            self._bump(d)
+
+    @staticmethod
+    def _read_entry(path: Path) -> tuple[str, dict[str, Any]] | None:
+        try:
+            obj = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        return obj["key"], decode_value(json.dumps(obj["value"]))
+
+    def get(self, cid: CollectionId, key: str) -> dict[str, Any] | None:
+        self._map(cid)
+        check_name("map key", key)
+        got = self._read_entry(self._entry(self._dir(cid), key))
+        return None if got is None else got[1]
+
+    def delete(self, cid: CollectionId, key: str) -> bool:
+        self._map(cid)
+        check_name("map key", key)
+        d = self._dir(cid)
+        if not d.is_dir():
+            return False
+        with self._locked(d / ".lock"):
+            try:
+                os.unlink(self._entry(d, key))
+            except FileNotFoundError:
+                return False
+            self._sync_dir(d)
+            self._bump(d)
+        return True
+
+    def items(self, cid: CollectionId) -> Iterator[tuple[str, dict[str, Any]]]:
+        self._map(cid)
+        d = self._dir(cid)
+        try:
+            names = [e.name for e in os.scandir(d)
+                     if e.name.endswith(".json") and not e.name.startswith(".")]
+        except FileNotFoundError:
+            return
+        keyed: list[tuple[str, str]] = []
+        for fname in names:
+            key = _decode_name(fname[:-5])
+            if key is None:
+                got = self._read_entry(d / fname)
+                if got is None:
+                    continue
+                key = got[0]
+            keyed.append((key, fname))
+        keyed.sort()
+        for _key, fname in keyed:
+            got = self._read_entry(d / fname)
+            if got is not None:
+                yield got
+
+    def _replace_map(self, cid: CollectionId, entries: Iterable[tuple[str, str]]) -> None:
+        self._map(cid)
+        staging = self.root / ".staging" / uuid.uuid4().hex
+        staging.mkdir(parents=True)
+        try:
+            staged: set[str] = set()
+            for key, text in entries:
+                fname = encode_name(key) + ".json"
+                data = ('{"key":' + json.dumps(key, ensure_ascii=True) + ',"value":' + text + "}")
+                (staging / fname).write_bytes(data.encode())
+                staged.add(fname)
+            d = self._ensure(cid)
+            with self._locked(d / ".lock"):
+                for fname in staged:
+                    os.replace(staging / fname, d / fname)
+                for e in os.scandir(d):
+                    if (e.name.endswith(".json") and not e.name.startswith(".")
+                            and e.name not in staged):
+                        os.unlink(e.path)
+                self._sync_dir(d)
+                self._bump(d)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    # ---- both -------------------------------------------------------------
+    def collections(self) -> list[CollectionId]:
+        found: list[CollectionId] = []
+        for kind in KINDS:
+            try:
+                entries = list(os.scandir(self.root / kind))
+            except FileNotFoundError:
+                continue
+            for e in entries:
+                if e.name.startswith(".") or not e.is_dir():
+                    continue
+                try:
+                    name = (Path(e.path) / ".name").read_text()
+                except FileNotFoundError:
+                    continue  # only a lease so far
+                found.append(CollectionId(kind, name))
+        return sorted(found)
+
+    def watermark(self, cid: CollectionId) -> int:
+        if cid.shape == "log":
+            return self.last_number(cid)
+        return self._version(self._dir(cid))
+
+    # ---- the turn lease ---------------------------------------------------
+    def _lease_path(self, cid: CollectionId) -> Path:
+        return self._dir(self._log(cid)) / "turn.json"
+
+    def read_lease(self, cid: CollectionId) -> Lease | None:
+        path = self._lease_path(cid)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return Lease.from_json(json.loads(raw))
+        except (ValueError, InvalidInput):
+            raise InvalidInput(f"the turn lease {path} is malformed",
+                               hint="delete it; the turn will be taken again") from None
+
+    def _lease_op(self, cid: CollectionId) -> contextlib.AbstractContextManager[None]:
+        d = self._dir(self._log(cid))
+        d.mkdir(parents=True, exist_ok=True)
+        return self._locked(d / ".turn.lock")
+
+    def _write_lease(self, cid: CollectionId, lease: Lease) -> None:
+        self._replace(self._lease_path(cid), json.dumps(lease.to_json()).encode())
+
+    def take_lease(self, cid: CollectionId, holder: str,
+                   now_ms: int | None = None) -> Lease | None:
+        check_name("lease holder", holder)
+        now = resolve_now(now_ms)
+        with self._lease_op(cid):
+            new = self._decide_take(self.read_lease(cid), holder, now)
+            if new is not None:
+                self._write_lease(cid, new)
+            return new
+
+    def renew_lease(self, cid: CollectionId, holder: str, now_ms: int | None = None) -> bool:
+        check_name("lease holder", holder)
+        now = resolve_now(now_ms)
+        with self._lease_op(cid):
+            cur = self.read_lease(cid)
+            if cur is None or cur.holder != holder:
+                return False
+            self._write_lease(cid, Lease(holder, cur.taken_ms, now, cur.took_over,
+                                         cur.previous_holder))
+            return True
+
+    def release_lease(self, cid: CollectionId, holder: str) -> bool:
+        check_name("lease holder", holder)
+        with self._lease_op(cid):
+            cur = self.read_lease(cid)
+            if cur is None or cur.holder != holder:
+                return False
+            os.unlink(self._lease_path(cid))
+            self._sync_dir(self._lease_path(cid).parent)
+            return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

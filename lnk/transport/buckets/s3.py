@@ -1,0 +1,177 @@
+"""``s3://bucket/prefix`` through boto3.
+
+Credentials come from the AWS chain (env, profile, instance role).  When
+``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) is set, requests go there with
+path-style addressing, which S3-compatible servers (MinIO, Ceph, moto) expect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC
+from typing import Any, NoReturn
+
+from lnk.errors import LnkError, NotFound, Refused, TransportError
+from lnk.transport.buckets.base import (
+    Bucket,
+    ObjectInfo,
+    check_key,
+    check_label,
+    join_prefix,
+)
+
+_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
+_BAD_KEY = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+
+
+class S3Bucket(Bucket):
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client = client
+
+    def describe(self) -> str:
+        return self.url
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            style = "path" if endpoint else "auto"
+            cfg = Config(s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"})
+            self._client = boto3.client("s3", endpoint_url=endpoint or None, config=cfg)
+        return self._client
+
+    def _name(self, key: str) -> str:
+        return join_prefix(self.prefix, check_key(key))
+
+    def _fail(self, e: Exception, what: str, permission: str) -> NoReturn:
+        from botocore.exceptions import (
+            ClientError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        if isinstance(e, ClientError):
+            err = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = str(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code == "NoSuchBucket":
+                raise NotFound(
+                    f"no bucket {self.bucket} ({what})",
+                    hint="check the bucket name and region, or create the bucket",
+                ) from e
+            if code in _NOT_FOUND or (status == "404" and not code):
+                raise NotFound(f"{what}: not found in {self.url}") from e
+            if code == "NoSuchTagSet":
+                raise NotFound(f"{what}: {self.url} has no tags") from e
+            if code in _BAD_KEY:
+                raise Refused(
+                    f"{what}: S3 rejected the access key ({code})",
+                    hint="check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or your AWS profile",
+                ) from e
+            if code in _DENIED or status == "403":
+                raise Refused(
+                    f"{what}: access denied on {self.url}",
+                    hint=f"the credentials in use need {permission} on bucket {self.bucket}",
+                ) from e
+            raise TransportError(f"{what} on {self.url} failed: {code} {err.get('Message', '')}".strip()) from e
+        if isinstance(e, NoCredentialsError | PartialCredentialsError):
+            raise Refused(
+                f"{what}: no AWS credentials found",
+                hint="set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE",
+            ) from e
+        if isinstance(e, EndpointConnectionError):
+            raise TransportError(
+                f"{what}: cannot reach S3 at {e.kwargs.get('endpoint_url', '?')}",
+                hint="check your network and AWS_ENDPOINT_URL",
+            ) from e
+        if isinstance(e, LnkError):
+            raise e
+        raise TransportError(f"{what} on {self.url} failed: {e}") from e
+
+    def put(self, key: str, data: bytes) -> None:
+        name = self._name(key)
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=name, Body=data)
+        except Exception as e:
+            self._fail(e, f"writing {key}", "s3:PutObject")
+
+    def get(self, key: str) -> bytes:
+        name = self._name(key)
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=name)
+            body = resp["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+        except Exception as e:
+            self._fail(e, f"reading {key}", "s3:GetObject")
+
+    def exists(self, key: str) -> bool:
+        # A one-key listing rather than HEAD: it needs only s3:ListBucket, and a
+        # missing bucket answers NoSuchBucket instead of a bare 404.
+        name = self._name(key)
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=name, MaxKeys=1)
+        except Exception as e:
+            self._fail(e, f"looking for {key}", "s3:ListBucket")
+        contents = resp.get("Contents", [])
+        return bool(contents) and contents[0]["Key"] == name
+
+    def entries(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        full = join_prefix(self.prefix, "") + prefix if self.prefix else prefix
+        strip = len(join_prefix(self.prefix, "")) if self.prefix else 0
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full
+            )
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    mtime = obj["LastModified"]
+                    if mtime.tzinfo is None:
+                        mtime = mtime.replace(tzinfo=UTC)
+                    yield ObjectInfo(obj["Key"][strip:], int(obj["Size"]), mtime)
+        except Exception as e:
+            self._fail(e, f"listing {prefix or '/'}", "s3:ListBucket")
+
+    def delete(self, key: str) -> None:
+        name = self._name(key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=name)
+        except Exception as e:
+            try:
+                self._fail(e, f"deleting {key}", "s3:DeleteObject")
+            except NotFound as nf:
+                if "no bucket" in nf.message:
+                    raise
+
+    def labels(self) -> dict[str, str]:
+        try:
+            resp = self.client.get_bucket_tagging(Bucket=self.bucket)
+        except Exception as e:
+            try:
+                self._fail(e, "reading the bucket's tags", "s3:GetBucketTagging")
+            except NotFound as nf:
+                if "no bucket" in nf.message:
+                    raise
+                return {}
+        return {t["Key"]: t["Value"] for t in resp.get("TagSet", [])}
+
+    def set_label(self, name: str, value: str) -> None:
+        check_label(name, value)
+        tags = self.labels()
+        tags[name] = value
+        tagset = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        try:
+            self.client.put_bucket_tagging(Bucket=self.bucket, Tagging={"TagSet": tagset})
+        except Exception as e:
+            self._fail(e, f"setting the bucket tag {name}", "s3:PutBucketTagging")
