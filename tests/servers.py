@@ -106,6 +106,7 @@ class MotoServer:
             f"{self.endpoint}/moto-api/reset-auth",
             data=b"0" if enforce else b"inf",
             method="POST",
+            headers={"Content-Type": "application/json"},  # else the body is eaten as a form
         )
         with urllib.request.urlopen(req, timeout=10) as r:
             assert r.status == 200

@@ -17,10 +17,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import signal
 import socket
-import stat
 import struct
 import threading
 from collections import deque
@@ -32,14 +30,14 @@ from typing import Any
 
 from lnk.bridges import wire
 from lnk.bridges.proof import new_challenge, new_key, verify_bridge_proof
-from lnk.errors import AlreadyExists, InvalidInput, LnkError, TransportError
+from lnk.bridges.sockfile import listening_socket, unlink_if_ours
+from lnk.errors import LnkError, TransportError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DEADLINE = 5.0
 DEFAULT_PLACES_PER_USER = 4
 DEFAULT_MAX_CALLS = 32
-_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes on Linux, NUL included
 
 
 @dataclass(frozen=True)
@@ -191,6 +189,8 @@ class BridgeServer:
     def serve_forever(self) -> None:
         """Serve in the foreground until ``stop()``, SIGTERM or SIGINT."""
 
+        self._stop_requested = False
+
         async def main() -> None:
             loop = asyncio.get_running_loop()
             if threading.current_thread() is threading.main_thread():
@@ -233,68 +233,19 @@ class BridgeServer:
     # -- the socket ------------------------------------------------------
 
     async def _listen(self) -> asyncio.AbstractServer:
-        path = self.socket_path
-        parent = path.parent
-        if not parent.exists():
-            parent.mkdir(mode=0o700, parents=True)
-            os.chmod(parent, 0o700)
-        tmp = parent / f".lnk-{secrets.token_hex(4)}"
-        for p in (path, tmp):
-            if len(os.fsencode(p)) > _SUN_PATH_MAX:
-                raise InvalidInput(
-                    f"the socket path {p} is too long for a unix socket",
-                    hint=f"use a path of at most {_SUN_PATH_MAX} bytes",
-                )
-        self._check_existing(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock, self._inode = listening_socket(self.socket_path, self._mode)
         try:
-            sock.bind(os.fspath(tmp))
-            try:
-                # Set the mode before the socket takes its name: no moment with a wider one.
-                os.chmod(tmp, self._mode)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            self._inode = os.stat(path).st_ino
-            sock.listen(128)
-            sock.setblocking(False)
             return await asyncio.start_unix_server(
                 self._on_connect, sock=sock, limit=wire.MAX_LINE - 1
             )
         except BaseException:
             sock.close()
+            unlink_if_ours(self.socket_path, self._inode)
             raise
 
-    @staticmethod
-    def _check_existing(path: Path) -> None:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise AlreadyExists(
-                f"{path} exists and is not a socket",
-                hint="remove it or choose another path for the bridge",
-            )
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(1.0)
-            probe.connect(os.fspath(path))
-        except OSError:
-            return  # a stale socket: nobody listens, it will be replaced
-        finally:
-            probe.close()
-        raise AlreadyExists(
-            f"a bridge server already listens at {path}",
-            hint="stop it first, or choose another path",
-        )
-
     def _unlink(self) -> None:
-        with contextlib.suppress(OSError):
-            if self._inode is not None and os.stat(self.socket_path).st_ino == self._inode:
-                os.unlink(self.socket_path)
+        if self._inode is not None:
+            unlink_if_ours(self.socket_path, self._inode)
         self._inode = None
 
     # -- places of unproven connections -----------------------------------

@@ -19,7 +19,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from lnk.cli import agent
+    from lnk.cli import agent, state  # noqa: F401 - state adds its commands to agent
 
     cli.add_command(agent.agent)
     for modname, attr in (("lnk.cli.box", "box"), ("lnk.cli.bucket", "bucket"),

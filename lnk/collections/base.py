@@ -122,7 +122,7 @@ class Lease:
         if not ok:
             raise InvalidInput("a turn lease record is malformed", hint="release the lease")
         return cls(obj["holder"], obj["taken_ms"], obj["renewed_ms"], obj["took_over"],
-                   obj["previous_holder"])
+                   obj.get("previous_holder"))
 
 
 def _is_int(v: object) -> bool:

@@ -117,10 +117,11 @@ class FileStore(Store):
             os.close(fd)
         return tmp
 
-    def _replace(self, path: Path, data: bytes) -> None:
+    def _replace(self, path: Path, data: bytes, sync_dir: bool = True) -> None:
         tmp = self._tmp(path.parent, data)
         os.replace(tmp, path)
-        self._sync_dir(path.parent)
+        if sync_dir:
+            self._sync_dir(path.parent)
 
     def _publish(self, path: Path, data: bytes) -> bool:
         """Create ``path`` with ``data`` only if it does not exist (atomically)."""
@@ -166,9 +167,12 @@ class FileStore(Store):
         return self._append_encoded(cid, first, texts)
 
     def _append_encoded(self, cid: CollectionId, first: int, texts: list[str]) -> int:
-        d = self._ensure(cid)
-        if first > 1 and not (d / _event_file(first - 1)).exists():
-            return 0  # a gap
+        d = self._dir(cid)
+        if not texts or (first > 1 and not (d / _event_file(first - 1)).exists()):
+            return 0  # nothing, or a gap
+        if (d / _event_file(first)).exists():
+            return 0  # taken
+        self._ensure(cid)
         for i, text in enumerate(texts):
             if not self._publish(d / _event_file(first + i), text.encode()):
                 return i
@@ -213,7 +217,10 @@ class FileStore(Store):
         return d / (encode_name(key) + ".json")
 
     def _bump(self, d: Path) -> None:
-        self._replace(d / ".version", str(self._version(d) + 1).encode())
+        """Count a change (under the map's lock); the caller syncs the directory."""
+        tmp = d / f".tmp-{uuid.uuid4().hex}"
+        tmp.write_bytes(str(self._version(d) + 1).encode())
+        os.replace(tmp, d / ".version")
 
     @staticmethod
     def _version(d: Path) -> int:
@@ -230,8 +237,9 @@ class FileStore(Store):
         data = json.dumps({"key": key, "value": json.loads(text)}, ensure_ascii=True,
                           separators=(",", ":")).encode()
         with self._locked(d / ".lock"):
-            self._replace(self._entry(d, key), data)
+            self._replace(self._entry(d, key), data, sync_dir=False)
             self._bump(d)
+            self._sync_dir(d)
 
     @staticmethod
     def _read_entry(path: Path) -> tuple[str, dict[str, Any]] | None:
@@ -258,8 +266,8 @@ class FileStore(Store):
                 os.unlink(self._entry(d, key))
             except FileNotFoundError:
                 return False
-            self._sync_dir(d)
             self._bump(d)
+            self._sync_dir(d)
         return True
 
     def items(self, cid: CollectionId) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -294,7 +302,7 @@ class FileStore(Store):
             for key, text in entries:
                 fname = encode_name(key) + ".json"
                 data = ('{"key":' + json.dumps(key, ensure_ascii=True) + ',"value":' + text + "}")
-                (staging / fname).write_bytes(data.encode())
+                os.replace(self._tmp(staging, data.encode()), staging / fname)
                 staged.add(fname)
             d = self._ensure(cid)
             with self._locked(d / ".lock"):
@@ -304,8 +312,8 @@ class FileStore(Store):
                     if (e.name.endswith(".json") and not e.name.startswith(".")
                             and e.name not in staged):
                         os.unlink(e.path)
-                self._sync_dir(d)
                 self._bump(d)
+                self._sync_dir(d)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 

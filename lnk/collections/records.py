@@ -112,9 +112,13 @@ def import_records(store: Store, records: Iterable[dict[str, Any]]) -> Collectio
         _import_log(store, cid, since, it)
     else:
         store._replace_map(cid, _map_entries(it))
+    return cid
+
+
+def _no_more(it: Iterator[Any]) -> None:
+    """The stream must end with its end record (checked before anything is applied)."""
     for extra in it:
         raise InvalidInput(f"a record after the end record: {str(extra)[:80]!r}")
-    return cid
 
 
 def _map_entries(it: Iterator[Any]) -> Iterator[tuple[str, str]]:
@@ -123,6 +127,7 @@ def _map_entries(it: Iterator[Any]) -> Iterator[tuple[str, str]]:
         t = rec.get("t") if isinstance(rec, dict) else None
         if t == "end":
             _parse_end(rec, len(seen))
+            _no_more(it)
             return
         if t != "entry":
             raise InvalidInput(f"a map stream holds a record of type {t!r}")
@@ -166,6 +171,7 @@ def _import_log(store: Store, cid: CollectionId, since: int, it: Iterator[Any]) 
         t = rec.get("t") if isinstance(rec, dict) else None
         if t == "end":
             _parse_end(rec, seen)
+            _no_more(it)
             flush()
             store._touch(cid)
             return

@@ -145,6 +145,8 @@ class SqliteStore(Store):
         return self._append_encoded(cid, first, texts)
 
     def _append_encoded(self, cid: CollectionId, first: int, texts: list[str]) -> int:
+        if not texts:
+            return 0
         with self._tx() as c:
             if self._last(c, cid) != first - 1:
                 return 0

@@ -1,0 +1,20 @@
+"""The sealed stream format (docs/stream-format.md): keys, header, records."""
+
+from lnk.formats.keys import PublicKey, ReceiverKey, key_id, parse_public_key
+from lnk.formats.records import FORMAT, RECORD_MAX, StreamFault
+from lnk.formats.stream import StreamReader, StreamSummary, StreamWriter, peek_format, split_body
+
+__all__ = [
+    "FORMAT",
+    "RECORD_MAX",
+    "PublicKey",
+    "ReceiverKey",
+    "StreamFault",
+    "StreamReader",
+    "StreamSummary",
+    "StreamWriter",
+    "key_id",
+    "parse_public_key",
+    "peek_format",
+    "split_body",
+]

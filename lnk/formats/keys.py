@@ -9,16 +9,17 @@ X25519 private key.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import os
+import re
 from dataclasses import dataclass, field
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
-from lnk.errors import InvalidInput
+from lnk.errors import InvalidInput, StreamError
 
 SEED_LEN = 32
 MLKEM_PUBLIC_LEN = 1184
@@ -26,14 +27,20 @@ X25519_PUBLIC_LEN = 32
 PUBLIC_LEN = MLKEM_PUBLIC_LEN + X25519_PUBLIC_LEN  # 1216
 PUBLIC_TEXT_PREFIX = "lnkpk1"
 _CHECK_LEN = 4
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 _TEXT_LEN = len(PUBLIC_TEXT_PREFIX) + (4 * (PUBLIC_LEN + _CHECK_LEN) + 2) // 3
+
+SUITE = hpke.Suite(hpke.KEM.MLKEM768_X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_256_GCM)
 
 __all__ = [
     "PUBLIC_LEN",
     "PUBLIC_TEXT_PREFIX",
     "SEED_LEN",
+    "SUITE",
     "PublicKey",
     "ReceiverKey",
+    "hpke_open",
+    "hpke_seal",
     "key_id",
     "parse_public_key",
 ]
@@ -131,6 +138,23 @@ def key_id(public: PublicKey) -> bytes:
     return hashlib.sha256(public.raw).digest()
 
 
+def hpke_seal(public: PublicKey, plaintext: bytes, info: bytes) -> bytes:
+    """HPKE single-shot Seal (Base mode) to ``public``: ``enc ‖ ciphertext``."""
+    return SUITE.encrypt(plaintext, public.hpke_key, info=info)
+
+
+def hpke_open(receiver: ReceiverKey, sealed: bytes, info: bytes) -> bytes:
+    """Open what :func:`hpke_seal` sealed; StreamError if key or info differ."""
+    try:
+        return SUITE.decrypt(sealed, receiver.hpke_private, info=info)
+    except (InvalidTag, ValueError):
+        raise StreamError(
+            "a sealed message does not open with this key: it was sealed to another "
+            "key, or altered",
+            hint="use the key it was sealed to",
+        ) from None
+
+
 def _checksum(raw: bytes) -> bytes:
     return hashlib.sha256(PUBLIC_TEXT_PREFIX.encode() + raw).digest()[:_CHECK_LEN]
 
@@ -153,16 +177,15 @@ def parse_public_key(text: str) -> PublicKey:
             hint=hint,
         )
     body = t[len(PUBLIC_TEXT_PREFIX):]
-    try:
-        data = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        if base64.urlsafe_b64encode(data).decode().rstrip("=") != body:
-            raise ValueError("non-canonical")
-    except (binascii.Error, ValueError):
+    if not _B64URL.fullmatch(body):
         raise InvalidInput(
             "the receiver public key has characters that are not base64url", hint=hint
-        ) from None
+        )
+    data = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    if base64.urlsafe_b64encode(data).decode().rstrip("=") != body:
+        data = b""  # unused bits set in the last character: a typo there
     raw, check = data[:PUBLIC_LEN], data[PUBLIC_LEN:]
-    if not hmac.compare_digest(check, _checksum(raw)):
+    if len(data) != PUBLIC_LEN + _CHECK_LEN or not hmac.compare_digest(check, _checksum(raw)):
         raise InvalidInput(
             "the receiver public key's checksum does not match: it has a typo", hint=hint
         )

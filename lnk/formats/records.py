@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from lnk.errors import FormatMismatch, InvalidInput, StreamError
+from lnk.formats.keys import SUITE
 
 MAGIC = b"\x89LNK\r\n\x1a\n"
 FORMAT = 4
@@ -45,7 +46,6 @@ PAYLOAD_INFO = b"lnk/stream/4/payload\x00"
 
 _FIXED = struct.Struct(">8sHHHHHBB16s32sH")  # through meta_len: 70 bytes
 FIXED_LEN = _FIXED.size
-SUITE = hpke.Suite(hpke.KEM.MLKEM768_X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_256_GCM)
 _WORD = struct.Struct(">I")
 _FINAL = struct.Struct(">QQ32s")
 

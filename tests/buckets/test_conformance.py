@@ -142,7 +142,7 @@ def test_missing_bucket_is_not_found(backend: str, request: pytest.FixtureReques
 def test_open_bucket_rejects_other_forms(url: str) -> None:
     with pytest.raises(UsageError) as err:
         open_bucket(url)
-    assert err.value.hint is not None and "s3://" in err.value.hint or "file:///" in (err.value.hint or "")
+    assert (err.value.hint is not None and "s3://" in err.value.hint) or "file:///" in (err.value.hint or "")
 
 
 def test_open_bucket_parses_prefixes() -> None:

@@ -7,6 +7,7 @@ path-style addressing, which S3-compatible servers (MinIO, Ceph, moto) expect.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from datetime import UTC
@@ -45,7 +46,10 @@ class S3Bucket(Bucket):
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             style = "path" if endpoint else "auto"
             cfg = Config(s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"})
-            self._client = boto3.client("s3", endpoint_url=endpoint or None, config=cfg)
+            # a session of its own: the default one caches the credentials it
+            # first found, and a test (or a caller) may switch them
+            session = boto3.session.Session()
+            self._client = session.client("s3", endpoint_url=endpoint or None, config=cfg)
         return self._client
 
     def _name(self, key: str) -> str:
@@ -117,15 +121,25 @@ class S3Bucket(Bucket):
             self._fail(e, f"reading {key}", "s3:GetObject")
 
     def exists(self, key: str) -> bool:
-        # A one-key listing rather than HEAD: it needs only s3:ListBucket, and a
-        # missing bucket answers NoSuchBucket instead of a bare 404.
         name = self._name(key)
         try:
-            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=name, MaxKeys=1)
+            self.client.head_object(Bucket=self.bucket, Key=name)
+            return True
         except Exception as e:
-            self._fail(e, f"looking for {key}", "s3:ListBucket")
-        contents = resp.get("Contents", [])
-        return bool(contents) and contents[0]["Key"] == name
+            with contextlib.suppress(NotFound):
+                self._fail(e, f"looking for {key}", "s3:GetObject and s3:ListBucket")
+        # HEAD answers a bare 404 for a missing key and a missing bucket alike
+        try:
+            self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
+        except Exception as e:
+            try:
+                self._fail(e, f"looking for {key}", "s3:ListBucket")
+            except NotFound as nf:
+                raise NotFound(
+                    f"no bucket {self.bucket} (looking for {key})",
+                    hint="check the bucket name and region, or create the bucket",
+                ) from nf
+        return False
 
     def entries(self, prefix: str = "") -> Iterator[ObjectInfo]:
         full = join_prefix(self.prefix, "") + prefix if self.prefix else prefix

@@ -1,0 +1,312 @@
+"""``python -m lnk.agents.runner AGENT_ID``: one agent's harness, in the foreground.
+
+Started in the background by the service layer (stdout/stderr to
+``<runtime>/harness.log``).  It:
+
+1. loads the agent, makes a fresh 32-byte endpoint key for this start and
+   writes ``<runtime>/key`` (0600, folder 0700) and ``<runtime>/harness.json``
+   (what the harness knows of its agent: no secrets);
+2. starts the harness: sandboxed, under bubblewrap, serving on a unix socket
+   in ``~/.lnk/agents/.net/<id>/`` with a relay from host
+   ``127.0.0.1:<endpoint port>``; or, with the sandbox off, directly on that port;
+3. once the harness listens, writes ``<runtime>/endpoint.json``;
+4. if the harness dies, writes ``<runtime>/exit.json`` and exits non-zero;
+   on SIGTERM/SIGINT stops the harness and the relay, removes ``key`` and
+   ``endpoint.json`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from lnk.agents import registry
+from lnk.agents.layout import Machine
+from lnk.agents.machine import load_machine
+from lnk.bridges.proof import new_key
+from lnk.errors import AgentNotRunning, LnkError, NotFound, Refused
+from lnk.sandbox import bwrap
+from lnk.sandbox.relay import TcpToUnixRelay
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+def iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def log(msg: str) -> None:
+    print(f"{iso_now()} lnk runner: {msg}", flush=True)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file only the user can read, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: dict[str, Any]) -> None:
+    write_private(path, json.dumps(obj, indent=1).encode() + b"\n")
+
+
+def harness_config(agent: registry.Agent, sandboxed: bool) -> dict[str, Any]:
+    s = agent.settings
+    return {"id": s.id, "name": s.name, "owner": s.owner, "sandboxed": sandboxed,
+            "store": s.store, "chats": str(agent.folders.chats), "renew_s": s.renew_s,
+            "lapse_s": s.lapse_s, "model": asdict(s.model)}
+
+
+def _connects_tcp(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _connects_unix(path: Path) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(0.5)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, parents before children (from /proc)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop(0)
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        for k in kids:
+            out.append(int(k))
+            todo.append(int(k))
+    return out
+
+
+class Runner:
+    def __init__(self, agent: registry.Agent) -> None:
+        self.agent = agent
+        self.sandboxed = agent.settings.sandbox
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.relay: TcpToUnixRelay | None = None
+        self.stopping = threading.Event()
+
+    @property
+    def runtime(self) -> Path:
+        return self.agent.runtime
+
+    def command(self) -> list[str]:
+        port = self.agent.settings.endpoint_port
+        if not self.sandboxed:
+            return [sys.executable, "-m", "lnk.harness", "serve",
+                    "--config", str(self.runtime / "harness.json"),
+                    "--key-file", str(self.runtime / "key"), "--port", str(port)]
+        inner = [sys.executable, "-m", "lnk.harness", "serve", "--config", bwrap.CONFIG_PATH,
+                 "--key-file", bwrap.KEY_PATH,
+                 "--unix", f"{bwrap.NET_DIR}/{bwrap.SOCKET_NAME}"]
+        env = {}
+        key_env = self.agent.settings.model.key_env
+        if self.agent.settings.model.provider != "offline" and key_env in os.environ:
+            env[key_env] = os.environ[key_env]
+        return bwrap.bwrap_argv(self.agent, inner, bwrap=bwrap.check_bwrap(), env=env)
+
+    def prepare(self) -> None:
+        s = self.agent.settings
+        if not self.sandboxed and not load_machine(self.agent.machine).unsandboxed:
+            raise Refused(f"the agent {s.name} is set to run without a sandbox, and this "
+                          "machine refuses that (unsandboxed = false in ~/.lnk/machine.toml)",
+                          hint=f"turn its sandbox back on: lnk agent start {s.name} --sandbox")
+        self.runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.runtime, 0o700)
+        (self.runtime / "exit.json").unlink(missing_ok=True)
+        (self.runtime / "endpoint.json").unlink(missing_ok=True)
+        write_private(self.runtime / "key", new_key())
+        write_json(self.runtime / "harness.json", harness_config(self.agent, self.sandboxed))
+        if self.sandboxed:
+            self.agent.net.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.agent.net, 0o700)
+            (self.agent.net / bwrap.SOCKET_NAME).unlink(missing_ok=True)
+
+    def wait_ready(self) -> bool:
+        assert self.proc is not None
+        sock = self.agent.net / bwrap.SOCKET_NAME
+        port = self.agent.settings.endpoint_port
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            if self.proc.poll() is not None:
+                return False
+            if self.sandboxed and sock.exists() and _connects_unix(sock):
+                return True
+            if not self.sandboxed and _connects_tcp(port):
+                return True
+            time.sleep(0.02)
+        return False
+
+    def start(self) -> None:
+        self.prepare()
+        cmd = self.command()
+        log(f"starting agent {self.agent.name} ({self.agent.id}), "
+            f"{'sandboxed' if self.sandboxed else 'WITHOUT a sandbox'}: {' '.join(cmd)}")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        if not self.wait_ready():
+            if self.stopping.is_set():
+                return
+            code = self.proc.poll()
+            raise LnkError(f"the harness did not start listening (exit {code})",
+                           hint=f"read {self.runtime / 'harness.log'}")
+        port = self.agent.settings.endpoint_port
+        if self.sandboxed:
+            self.relay = TcpToUnixRelay(port, self.agent.net / bwrap.SOCKET_NAME)
+            self.relay.start()
+        write_json(self.runtime / "endpoint.json", {
+            "port": port, "pid": os.getpid(), "harness_pid": self.proc.pid,
+            "sandboxed": self.sandboxed, "started": iso_now()})
+        log(f"agent {self.agent.name} answers on 127.0.0.1:{port}")
+
+    def stop_harness(self) -> None:
+        if self.relay is not None:
+            self.relay.stop()
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        # bwrap doesn't pass signals on: ask the harness inside to stop itself first
+        inner = descendants(proc.pid) if self.sandboxed else []
+        leaves = [p for p in inner if not descendants(p)]  # the harness, not bwrap's init
+        for pid in leaves:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        if not inner:
+            proc.terminate()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+                return
+            except subprocess.TimeoutExpired:
+                log(f"the harness did not stop; sending signal {sig}")
+                proc.send_signal(sig)
+        proc.wait()
+
+    def cleanup(self) -> None:
+        for name in ("key", "endpoint.json"):
+            (self.runtime / name).unlink(missing_ok=True)
+        (self.agent.net / bwrap.SOCKET_NAME).unlink(missing_ok=True)
+
+    def write_exit(self, code: int, reason: str) -> None:
+        write_json(self.runtime / "exit.json", {"code": code, "at": iso_now(), "reason": reason})
+
+    def run(self) -> int:
+        """Start, then wait until a signal (returns 0) or the harness's death (non-zero)."""
+        try:
+            self.start()
+        except LnkError as e:
+            log(f"error: {e.message}" + (f" (hint: {e.hint})" if e.hint else ""))
+            self.stop_harness()
+            self.cleanup()
+            self.write_exit(e.exit_code, e.message)
+            return e.exit_code
+        assert self.proc is not None
+        while not self.stopping.is_set():
+            try:
+                code = self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+            if self.stopping.is_set():
+                break
+            log(f"the harness exited with code {code}")
+            self.stop_harness()
+            self.cleanup()
+            self.write_exit(code, f"the harness exited with code {code}")
+            return code if code > 0 else 1
+        log("stopping")
+        self.stop_harness()
+        self.cleanup()
+        log("stopped")
+        return 0
+
+
+def wait_for_endpoint(runtime: Path, timeout: float = READY_TIMEOUT_S,
+                      proc: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
+    """Poll until the runner in ``runtime`` wrote endpoint.json (its harness listens).
+
+    Raises AgentNotRunning if the runner gave up (exit.json, or ``proc`` exited)
+    or the deadline passed.
+    """
+    endpoint, exit_file = runtime / "endpoint.json", runtime / "exit.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            data: dict[str, Any] = json.loads(endpoint.read_text())
+            return data
+        except (FileNotFoundError, ValueError):
+            pass
+        why = None
+        # with the runner's process at hand, an exit.json from an earlier start can't mislead
+        ended = proc.poll() is not None if proc is not None else exit_file.exists()
+        if ended:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                why = json.loads(exit_file.read_text()).get("reason")
+            why = why or "the runner stopped"
+        elif time.monotonic() > deadline:
+            why = f"it did not answer within {timeout:g}s"
+        if why:
+            raise AgentNotRunning(f"the agent did not start: {why}",
+                                  hint=f"read {runtime / 'harness.log'}")
+        time.sleep(0.02)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m lnk.agents.runner AGENT_ID", file=sys.stderr)
+        return 2
+    machine = Machine.current()
+    try:
+        agent = registry.find_by_id(machine, args[0])
+        if agent is None:
+            raise NotFound(f"no agent with id {args[0]} on this machine")
+    except LnkError as e:
+        log(f"error: {e.message}")
+        return e.exit_code
+    runner = Runner(agent)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log(f"signal {signum}")
+        runner.stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return runner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Reading one snapshot back: entries, files, blobs, a whole restore.
+
+Needs the owner's private key: every data key is sealed to it.  Memory stays
+bounded: one pack (a few MiB) is cached at a time and files are streamed chunk
+by chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from lnk.backup import crypto
+from lnk.backup.repository import BlobRef, Repository, pack_key
+from lnk.backup.writer import PACK_MAGIC, blob_aad, run_info
+from lnk.errors import BackupError, NotFound, Refused
+from lnk.formats.keys import ReceiverKey
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file (``kind == "file"``) or a named blob (``kind == "blob"``)."""
+
+    kind: str
+    path: str
+    mode: int
+    size: int
+    chunks: tuple[str, ...]
+
+
+class SnapshotReader:
+    def __init__(self, repo: Repository, snapshot_id: str,
+                 receiver_key: ReceiverKey | None = None) -> None:
+        key = receiver_key or repo.receiver
+        if key is None:
+            raise Refused(
+                "reading a backup needs the owner's private key; this handle has only "
+                "the public key",
+                hint="open the repository with the owner's backup key",
+            )
+        if key.public.raw != repo.owner.raw:
+            raise Refused(
+                f"this key is not the owner's key of {repo.bucket.describe()}",
+                hint="use the backup key the repository was made for",
+            )
+        if repo.receiver is None:
+            repo = Repository.open(repo.bucket, receiver_key=key)
+        self.repo = repo
+        self.key = key
+        self.info = repo.snapshot(snapshot_id)
+        self.index: dict[bytes, BlobRef] = repo.load_index(list(self.info.packs))
+        self._data_keys: dict[bytes, bytes] = {}
+        self._pack_name: str | None = None
+        self._pack: bytes = b""
+        self._dctx = zstandard.ZstdDecompressor()
+
+    # ---- blobs --------------------------------------------------------------
+
+    def _load_pack(self, name: str) -> bytes:
+        if self._pack_name != name:
+            self._pack = self.repo.bucket.get(pack_key(name))
+            self._pack_name = name
+        return self._pack
+
+    def _data_key(self, pack: bytes, name: str) -> bytes:
+        head = len(PACK_MAGIC)
+        if not pack.startswith(PACK_MAGIC) or len(pack) < head + 18:
+            raise BackupError(f"pack {name} is damaged (no header)", hint="run a verify")
+        run_id = pack[head:head + 16]
+        if run_id not in self._data_keys:
+            (n,) = struct.unpack(">H", pack[head + 16:head + 18])
+            sealed = pack[head + 18:head + 18 + n]
+            self._data_keys[run_id] = crypto.open_with(self.key, sealed, run_info(self.repo, run_id))
+        return self._data_keys[run_id]
+
+    def chunk(self, blob_hex: str, kind: str = "data") -> bytes:
+        blob_id = bytes.fromhex(blob_hex)
+        ref = self.index.get(blob_id)
+        if ref is None or ref.kind != kind:
+            raise BackupError(
+                f"snapshot {self.info.id} needs a blob no index lists",
+                hint="run a verify; the repository is missing data",
+            )
+        pack = self._load_pack(ref.pack)
+        data_key = self._data_key(pack, ref.pack)
+        sealed = pack[ref.offset:ref.offset + ref.length]
+        plain = crypto.decrypt(data_key, sealed, blob_aad(self.repo, kind, blob_id),
+                               f"a blob of pack {ref.pack}")
+        if plain[:1] == b"\x01":
+            return self._dctx.decompress(plain[1:])
+        return plain[1:]
+
+    # ---- entries ------------------------------------------------------------
+
+    def entries(self) -> Iterator[Entry]:
+        """Every entry, in the order it was added."""
+        carry = b""
+        for blob_hex in self.info.tree:
+            carry += self.chunk(blob_hex, "tree")
+            *lines, carry = carry.split(b"\n")
+            for line in lines:
+                yield _entry(line)
+        if carry.strip():
+            yield _entry(carry)
+
+    def open(self, entry: Entry) -> Iterator[bytes]:
+        """The entry's content, chunk by chunk."""
+        for blob_hex in entry.chunks:
+            yield self.chunk(blob_hex)
+
+    def read_blob(self, name: str) -> bytes:
+        for e in self.entries():
+            if e.kind == "blob" and e.path == name:
+                return b"".join(self.open(e))
+        raise NotFound(f"snapshot {self.info.id} has no blob {name!r}")
+
+    def restore(self, dest: Path) -> int:
+        """Write every file into ``dest`` (made if missing); returns the count."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        root = dest.resolve()
+        count = 0
+        for e in self.entries():
+            if e.kind != "file":
+                continue
+            target = (root / e.path).resolve()
+            if root not in target.parents:
+                raise BackupError(f"snapshot {self.info.id} names a path outside: {e.path!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.lnk-restore")
+            with open(tmp, "wb") as f:
+                for part in self.open(e):
+                    f.write(part)
+            os.chmod(tmp, e.mode)
+            os.replace(tmp, target)
+            count += 1
+        return count
+
+
+def _entry(line: bytes) -> Entry:
+    try:
+        d = json.loads(line)
+        kind = {"f": "file", "b": "blob"}[d["t"]]
+        path = d["path"] if kind == "file" else d["name"]
+        return Entry(kind, path, int(d.get("mode", 0)), int(d["size"]), tuple(d["chunks"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise BackupError("a snapshot's file list is damaged", hint="run a verify") from e

@@ -1,0 +1,285 @@
+"""A backup repository in a bucket: content-addressed, sealed to its owner.
+
+Objects (all under the bucket URL's prefix)::
+
+    config                    plaintext JSON: format, id, owner's public key,
+                              the master sealed to the owner, a check value
+    data/<xx>/<name>          packs of encrypted blobs (a few MiB each)
+    index/<name>              which blobs pack <name> holds (index key)
+    snapshots/<id>            one per finished backup: the commit (index key)
+    locks/<run>               an in-progress backup (plaintext, tiny)
+
+See docs/backup-format.md for the byte layouts and the commit order.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import zstandard
+
+from lnk.backup import crypto
+from lnk.errors import AlreadyExists, BackupError, FormatMismatch, NotFound, Refused
+from lnk.formats.keys import PublicKey, ReceiverKey, parse_public_key
+from lnk.transport.buckets import Bucket
+
+if TYPE_CHECKING:
+    from lnk.backup.maintenance import PruneReport, VerifyReport
+    from lnk.backup.reader import SnapshotReader
+    from lnk.backup.writer import SnapshotWriter
+
+FORMAT = "lnk-backup"
+VERSION = 1
+CHUNK_SIZE = 1024 * 1024
+PACK_SIZE = 4 * 1024 * 1024
+ENVELOPE_MAGIC = b"LNKBKE1\n"
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """Where one blob lives: its pack, offset and stored length."""
+
+    pack: str
+    offset: int
+    length: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    id: str
+    time: datetime
+    meta: dict[str, Any]
+    packs: tuple[str, ...] = field(repr=False)
+    tree: tuple[str, ...] = field(repr=False)
+    files: int = 0
+    bytes: int = 0
+
+
+def pack_key(name: str) -> str:
+    return f"data/{name[:2]}/{name}"
+
+
+def new_name() -> str:
+    return secrets.token_hex(16)
+
+
+class Repository:
+    """A handle on one repository.
+
+    ``master`` (the writer secret) lets it write, list, verify and prune;
+    ``receiver`` (the owner's private key) also lets it read data.  A handle
+    with neither can only say who owns the repository.
+    """
+
+    def __init__(self, bucket: Bucket, config: dict[str, Any], master: bytes | None,
+                 receiver: ReceiverKey | None) -> None:
+        self.bucket = bucket
+        self.config = config
+        self.id = str(config["id"])
+        self.id_bytes = bytes.fromhex(self.id)
+        self.owner: PublicKey = parse_public_key(config["owner"])
+        self.chunk_size = int(config.get("chunk_size", CHUNK_SIZE))
+        self.pack_size = int(config.get("pack_size", PACK_SIZE))
+        self.receiver = receiver
+        self._master = master
+        if master is not None:
+            self.dedup_key = crypto.hkdf(master, b"lnk-backup dedup " + self.id_bytes)
+            self.index_key = crypto.hkdf(master, b"lnk-backup index " + self.id_bytes)
+
+    # ---- making and opening -------------------------------------------------
+
+    @classmethod
+    def init(cls, bucket: Bucket, owner_public: PublicKey | str, *,
+             chunk_size: int = CHUNK_SIZE, pack_size: int = PACK_SIZE) -> Repository:
+        """Make a new repository in ``bucket``, sealed to ``owner_public``.
+
+        The returned handle can write; keep its :attr:`writer_secret` where
+        the machines that back up can read it (the owner can always recover
+        it from the config with the private key)."""
+        owner = parse_public_key(owner_public) if isinstance(owner_public, str) else owner_public
+        if bucket.exists("config"):
+            raise AlreadyExists(
+                f"{bucket.describe()} already holds a backup repository",
+                hint="open it instead, or choose another bucket prefix",
+            )
+        repo_id = secrets.token_hex(16)
+        master = os.urandom(crypto.KEY_LEN)
+        config = {
+            "format": FORMAT,
+            "version": VERSION,
+            "id": repo_id,
+            "owner": owner.text(),
+            "chunk_size": chunk_size,
+            "pack_size": pack_size,
+            "sealed_master": base64.b64encode(
+                crypto.seal_to(owner, master, _master_info(repo_id))).decode(),
+            "master_check": _master_check(master, repo_id),
+        }
+        bucket.put("config", json.dumps(config, indent=1).encode() + b"\n")
+        return cls(bucket, config, master, None)
+
+    @classmethod
+    def open(cls, bucket: Bucket, *, writer_secret: bytes | None = None,
+             receiver_key: ReceiverKey | None = None) -> Repository:
+        """Open the repository in ``bucket``.
+
+        With ``receiver_key`` (the owner's) the handle reads and writes; with
+        only ``writer_secret`` it writes but cannot read data."""
+        try:
+            raw = bucket.get("config")
+        except NotFound:
+            raise NotFound(
+                f"no backup repository in {bucket.describe()}",
+                hint="check the URL, or make one first",
+            ) from None
+        try:
+            config = json.loads(raw)
+        except ValueError:
+            raise BackupError(f"the config of {bucket.describe()} is not JSON") from None
+        if config.get("format") != FORMAT:
+            raise FormatMismatch(f"{bucket.describe()} is not an lnk backup repository")
+        if config.get("version") != VERSION:
+            raise FormatMismatch(
+                f"{bucket.describe()} is backup format {config.get('version')}, "
+                f"this lnk reads {VERSION}",
+                hint="upgrade lnk",
+            )
+        repo_id = str(config["id"])
+        master = writer_secret
+        if receiver_key is not None:
+            if receiver_key.public.raw != parse_public_key(config["owner"]).raw:
+                raise Refused(
+                    f"this key is not the owner's key of {bucket.describe()}",
+                    hint="use the backup key the repository was made for",
+                )
+            sealed = base64.b64decode(config["sealed_master"])
+            master = crypto.open_with(receiver_key, sealed, _master_info(repo_id))
+        if master is not None and not hmac.compare_digest(
+            _master_check(master, repo_id), str(config.get("master_check", ""))
+        ):
+            raise Refused(
+                f"the writer secret does not belong to {bucket.describe()}",
+                hint="use the secret saved when this repository was made",
+            )
+        return cls(bucket, config, master, receiver_key)
+
+    @property
+    def writer_secret(self) -> bytes:
+        return self.master
+
+    @property
+    def master(self) -> bytes:
+        if self._master is None:
+            raise Refused(
+                f"this handle on {self.bucket.describe()} holds no key",
+                hint="open the repository with its writer secret or the owner's key",
+            )
+        return self._master
+
+    @property
+    def can_read(self) -> bool:
+        return self.receiver is not None
+
+    # ---- envelopes for index and snapshot objects ---------------------------
+
+    def seal_object(self, key: str, doc: dict[str, Any]) -> bytes:
+        plain = zstandard.ZstdCompressor(level=3).compress(json.dumps(doc).encode())
+        aad = b"lnk-backup/" + self.id_bytes + b"/" + key.encode()
+        _ = self.master
+        return ENVELOPE_MAGIC + crypto.encrypt(self.index_key, plain, aad)
+
+    def open_object(self, key: str, data: bytes) -> dict[str, Any]:
+        _ = self.master
+        what = f"{key} in {self.bucket.describe()}"
+        if not data.startswith(ENVELOPE_MAGIC):
+            raise BackupError(f"{what} is not a backup object", hint="run a verify")
+        aad = b"lnk-backup/" + self.id_bytes + b"/" + key.encode()
+        plain = crypto.decrypt(self.index_key, data[len(ENVELOPE_MAGIC):], aad, what)
+        try:
+            doc = json.loads(zstandard.ZstdDecompressor().decompress(plain))
+        except (ValueError, zstandard.ZstdError) as e:
+            raise BackupError(f"{what} is damaged", hint="run a verify") from e
+        if not isinstance(doc, dict):
+            raise BackupError(f"{what} is damaged", hint="run a verify")
+        return doc
+
+    def read_object(self, key: str) -> dict[str, Any]:
+        return self.open_object(key, self.bucket.get(key))
+
+    # ---- indexes and snapshots ----------------------------------------------
+
+    def read_index(self, pack: str) -> dict[str, Any]:
+        return self.read_object(f"index/{pack}")
+
+    def load_index(self, packs: Iterator[str] | list[str] | None = None) -> dict[bytes, BlobRef]:
+        """blob id -> where it is, for ``packs`` (default: every indexed pack)."""
+        if packs is None:
+            packs = [k.split("/", 1)[1] for k, _ in self.bucket.list("index/")]
+        found: dict[bytes, BlobRef] = {}
+        for pack in packs:
+            doc = self.read_index(pack)
+            for blob_id, kind, offset, length in doc["blobs"]:
+                found[bytes.fromhex(blob_id)] = BlobRef(pack, offset, length, kind)
+        return found
+
+    def snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        try:
+            doc = self.read_object(f"snapshots/{snapshot_id}")
+        except NotFound:
+            raise NotFound(f"no snapshot {snapshot_id} in {self.bucket.describe()}") from None
+        return _snapshot_info(doc)
+
+    def list_snapshots(self) -> list[SnapshotInfo]:
+        """Every committed snapshot, oldest first."""
+        out = [self.snapshot(k.split("/", 1)[1]) for k, _ in self.bucket.list("snapshots/")]
+        return sorted(out, key=lambda s: (s.time, s.id))
+
+    # ---- the rest of the API ------------------------------------------------
+
+    def writer(self) -> SnapshotWriter:
+        from lnk.backup.writer import SnapshotWriter
+
+        return SnapshotWriter(self)
+
+    def reader(self, snapshot_id: str, receiver_key: ReceiverKey | None = None) -> SnapshotReader:
+        from lnk.backup.reader import SnapshotReader
+
+        return SnapshotReader(self, snapshot_id, receiver_key)
+
+    def verify(self, read_data: bool = False) -> VerifyReport:
+        from lnk.backup.maintenance import verify
+
+        return verify(self, read_data=read_data)
+
+    def prune(self, keep: dict[str, int], **kwargs: Any) -> PruneReport:
+        from lnk.backup.maintenance import prune
+
+        return prune(self, keep, **kwargs)
+
+
+def _master_info(repo_id: str) -> bytes:
+    return b"lnk-backup master " + repo_id.encode()
+
+
+def _master_check(master: bytes, repo_id: str) -> str:
+    return crypto.keyed_id(master, b"lnk-backup check " + repo_id.encode())[:16].hex()
+
+
+def _snapshot_info(doc: dict[str, Any]) -> SnapshotInfo:
+    t = datetime.fromisoformat(doc["time"])
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return SnapshotInfo(
+        id=doc["id"], time=t, meta=dict(doc.get("meta", {})),
+        packs=tuple(doc.get("packs", [])), tree=tuple(doc.get("tree", [])),
+        files=int(doc.get("files", 0)), bytes=int(doc.get("bytes", 0)),
+    )

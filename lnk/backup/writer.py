@@ -1,0 +1,211 @@
+"""Writing one snapshot: chunk, dedupe, pack, seal, commit.
+
+Chunking is fixed-size (the repository's ``chunk_size``, 1 MiB): an agent's
+state is mostly small files and append-only logs (chats), which fixed chunks
+dedupe as well as content-defined ones (only a log's last chunk changes), and
+fixed chunks are simpler and cheaper.  Each chunk is named by HMAC-SHA256 under
+the dedup key; a chunk the repository already holds is not uploaded again.
+
+Commit order: packs (each followed by its own index object, so an interrupted
+run leaves reusable data) -> the tree -> the snapshot object, the one commit.
+Names are random, nothing is read-modified-written, so two runs at once never
+corrupt each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import struct
+import tempfile
+import time as _time
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import zstandard
+
+from lnk.backup import crypto
+from lnk.backup.repository import BlobRef, Repository, new_name, pack_key
+from lnk.errors import BackupError, InvalidInput
+
+PACK_MAGIC = b"LNKPACK1"
+LOCK_REFRESH = 600.0  # seconds between refreshes of the in-progress marker
+
+
+def run_info(repo: Repository, run_id: bytes) -> bytes:
+    return b"lnk-backup run " + repo.id_bytes + run_id
+
+
+def blob_aad(repo: Repository, kind: str, blob_id: bytes) -> bytes:
+    return b"lnk-backup/blob/" + repo.id_bytes + b"/" + kind.encode() + b"/" + blob_id
+
+
+class SnapshotWriter:
+    """One backup run.  Use as a context manager, or call :meth:`abort`."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+        self.bucket = repo.bucket
+        _ = repo.master  # a writer needs the writer secret
+        self.run_id = os.urandom(16)
+        self._data_key = os.urandom(crypto.KEY_LEN)
+        sealed = crypto.seal_to(repo.owner, self._data_key, run_info(repo, self.run_id))
+        self._header = PACK_MAGIC + self.run_id + struct.pack(">H", len(sealed)) + sealed
+        self.lock_key = f"locks/{self.run_id.hex()}"
+        self._touch_lock()
+        self.known: dict[bytes, BlobRef] = repo.load_index()
+        self._pending: dict[bytes, tuple[str, int, int]] = {}  # id -> kind, offset, length
+        self._buf = bytearray()
+        self._referenced: set[str] = set()
+        self._tree = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024)  # noqa: SIM115
+        self._cctx = zstandard.ZstdCompressor(level=3)
+        self.files = 0
+        self.bytes = 0
+        self.uploaded_blobs = 0
+        self.committed: str | None = None
+
+    def __enter__(self) -> SnapshotWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.committed is None:
+            self.abort()
+
+    # ---- adding -------------------------------------------------------------
+
+    def add_file(self, path: str, mode: int, fileobj: IO[bytes]) -> None:
+        """Store a file read from ``fileobj`` (streamed, one chunk at a time)
+        under the relative ``path`` with permission bits ``mode``."""
+        _check_path(path)
+        chunks: list[str] = []
+        size = 0
+        while True:
+            data = fileobj.read(self.repo.chunk_size)
+            if not data:
+                break
+            while len(data) < self.repo.chunk_size:  # short reads from pipes
+                more = fileobj.read(self.repo.chunk_size - len(data))
+                if not more:
+                    break
+                data += more
+            chunks.append(self._add_chunk("data", data).hex())
+            size += len(data)
+        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
+        self.files += 1
+        self.bytes += size
+
+    def add_blob(self, name: str, data: bytes) -> None:
+        """Store a small piece of metadata under ``name`` (read back by name)."""
+        if not name:
+            raise InvalidInput("a blob needs a name")
+        chunks = [self._add_chunk("data", data[i:i + self.repo.chunk_size]).hex()
+                  for i in range(0, len(data), self.repo.chunk_size)]
+        self._entry({"t": "b", "name": name, "size": len(data), "chunks": chunks})
+
+    def _entry(self, doc: dict[str, Any]) -> None:
+        self._tree.write(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+
+    def _add_chunk(self, kind: str, data: bytes) -> bytes:
+        blob_id = crypto.keyed_id(self.repo.dedup_key, kind.encode() + b"\0" + data)
+        ref = self.known.get(blob_id)
+        if ref is not None:
+            self._referenced.add(ref.pack)
+            return blob_id
+        if blob_id in self._pending:
+            return blob_id
+        packed = self._cctx.compress(data)
+        plain = b"\x01" + packed if len(packed) < len(data) else b"\x00" + data
+        sealed = crypto.encrypt(self._data_key, plain, blob_aad(self.repo, kind, blob_id))
+        offset = len(self._header) + len(self._buf)
+        self._buf += sealed
+        self._pending[blob_id] = (kind, offset, len(sealed))
+        self.uploaded_blobs += 1
+        if len(self._header) + len(self._buf) >= self.repo.pack_size:
+            self._flush()
+        return blob_id
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        import hashlib
+
+        name = new_name()
+        body = self._header + bytes(self._buf)
+        self.bucket.put(pack_key(name), body)
+        index = {
+            "pack": name,
+            "run": self.run_id.hex(),
+            "size": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "blobs": [[i.hex(), k, o, n] for i, (k, o, n) in self._pending.items()],
+        }
+        key = f"index/{name}"
+        self.bucket.put(key, self.repo.seal_object(key, index))
+        for blob_id, (kind, offset, length) in self._pending.items():
+            self.known[blob_id] = BlobRef(name, offset, length, kind)
+        self._referenced.add(name)
+        self._pending.clear()
+        self._buf = bytearray()
+        if _time.monotonic() - self._lock_time > LOCK_REFRESH:
+            self._touch_lock()
+
+    def _touch_lock(self) -> None:
+        doc = {"run": self.run_id.hex(), "started": datetime.now(UTC).isoformat()}
+        self.bucket.put(self.lock_key, json.dumps(doc).encode())
+        self._lock_time = _time.monotonic()
+
+    # ---- committing ---------------------------------------------------------
+
+    def commit(self, meta: dict[str, Any] | None = None, *, time: datetime | None = None) -> str:
+        """Write what is left, then the snapshot object (the commit).
+
+        ``meta`` is visible to every holder of the writer secret: keep secrets
+        out of it.  ``time`` defaults to now (tests inject times)."""
+        if self.committed is not None:
+            raise BackupError("this snapshot was already committed")
+        tree: list[str] = []
+        self._tree.seek(0)
+        while True:
+            part = self._tree.read(self.repo.chunk_size)
+            if not part:
+                break
+            tree.append(self._add_chunk("tree", part).hex())
+        self._flush()
+        present = {k.rsplit("/", 1)[1] for k, _ in self.bucket.list("data/")}
+        missing = self._referenced - present
+        if missing:
+            raise BackupError(
+                f"{len(missing)} pack(s) this backup reuses were deleted while it ran "
+                "(a prune at the same time?)",
+                hint="run the backup again; nothing was committed",
+            )
+        when = time or datetime.now(UTC)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        snap_id = secrets.token_hex(16)
+        doc = {
+            "id": snap_id, "time": when.isoformat(), "meta": meta or {},
+            "run": self.run_id.hex(), "tree": tree, "packs": sorted(self._referenced),
+            "files": self.files, "bytes": self.bytes,
+        }
+        key = f"snapshots/{snap_id}"
+        self.bucket.put(key, self.repo.seal_object(key, doc))
+        self.committed = snap_id
+        self._tree.close()
+        self.bucket.delete(self.lock_key)
+        return snap_id
+
+    def abort(self) -> None:
+        """Give up: nothing is committed; uploaded packs stay for the next run."""
+        self._tree.close()
+        self.bucket.delete(self.lock_key)
+
+
+def _check_path(path: str) -> None:
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
+        raise InvalidInput(
+            f"invalid path in a backup: {path!r}",
+            hint="paths are relative, '/'-separated, with no '.' or '..' parts",
+        )

@@ -1,0 +1,119 @@
+"""``lnk agent state-send`` / ``state-receive``: the sealed stream, as moves and boxes run it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from lnk import STREAM_FORMAT
+from lnk.agents import registry
+from lnk.agents.layout import Machine
+from lnk.cli.agent import agent, agent_option, json_option
+from lnk.cli.output import emit_json, progress_bar, say
+from lnk.errors import UsageError
+from lnk.formats.keys import parse_public_key
+
+
+def _bulk_file(a: registry.Agent, key_text: str) -> Path:
+    import hashlib
+
+    return a.runtime / f"bulk-{hashlib.sha256(key_text.encode()).hexdigest()[:16]}.json"
+
+
+@agent.command("state-send")
+@agent_option
+@click.option("--to", "to", required=True, metavar="PUBLIC_KEY",
+              help="the receiver's public key (from state-receive --prepare)")
+@click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path),
+              help="what the receiver holds already (from state-receive --inventory)")
+@click.option("--phase", type=click.Choice(["full", "bulk", "final"]), default="full",
+              show_default=True, help="bulk while the agent runs, final once it is paused")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+              help="write what was sent as JSON to this file")
+def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: str,
+               report: Path | None) -> None:
+    """Write the agent as a sealed stream on stdout."""
+    from lnk.transport.inventory import Inventory
+    from lnk.transport.send import send_agent
+
+    if sys.stdout.isatty():
+        raise UsageError("the stream is binary; send it into a pipe or a file",
+                         hint="lnk agent state-send --to KEY > stream")
+    a = registry.find(Machine.current(), agent_name)
+    recipient = parse_public_key(to)
+    inv = Inventory.load(inventory) if inventory else None
+    since: dict[str, int] = {}
+    base = None
+    bulk_file = _bulk_file(a, to)
+    if phase == "final" and bulk_file.exists():
+        held = json.loads(bulk_file.read_text())
+        since, base = held.get("watermarks", {}), held.get("stream_id")
+    bar = progress_bar(None, desc=f"sending {a.name}")
+    with bar:
+        rep = send_agent(a, sys.stdout.buffer, recipient, phase=phase, inventory=inv,
+                         since=since, base_stream=base, progress=bar.update)
+    sys.stdout.buffer.flush()
+    if phase == "bulk":
+        bulk_file.parent.mkdir(parents=True, exist_ok=True)
+        bulk_file.write_text(json.dumps({"stream_id": rep.stream_id, "watermarks": rep.watermarks}))
+    elif phase == "final":
+        bulk_file.unlink(missing_ok=True)
+    if report:
+        report.write_text(json.dumps(rep.to_json(), indent=2))
+
+
+@agent.command("state-receive")
+@click.option("--prepare", is_flag=True, help="make a one-time receiver and print its key")
+@click.option("--agent-id", metavar="ID", help="with --prepare: the agent expected, so what "
+              "this machine holds of it is never sent again")
+@click.option("--receiver", metavar="RECEIVER", help="the receiver --prepare made")
+@click.option("--inventory", "inventory", is_flag=True,
+              help="write what the receiver holds already (binary) on stdout")
+@click.option("--abandon", is_flag=True, help="delete the receiver and all it staged")
+@click.option("--store", type=click.Choice(["files", "sqlite"]), default=None,
+              help="keep the agent's collections with this driver here")
+@json_option
+def state_receive(prepare: bool, agent_id: str | None, receiver: str | None, inventory: bool,
+                  abandon: bool, store: str | None, as_json: bool) -> None:
+    """Prepare a receiver, or read a sealed stream on stdin and apply it."""
+    from lnk.transport import receivers
+    from lnk.transport.receive import receive
+
+    m = Machine.current()
+    if prepare:
+        r = receivers.prepare(m, agent_id)
+        info = {"receiver": r.rid, "public_key": r.key().public.text(),
+                "format": STREAM_FORMAT, "holds": len(r.inventory())}
+        if as_json:
+            emit_json(info)
+        else:
+            click.echo(f"receiver: {r.rid}")
+            click.echo(f"public_key: {info['public_key']}")
+        return
+    if not receiver:
+        raise UsageError("say which receiver", hint="--receiver RECEIVER (from --prepare)")
+    r = receivers.open_receiver(m, receiver)
+    if abandon:
+        r.abandon()
+        say(f"abandoned {receiver}")
+        return
+    if inventory:
+        sys.stdout.buffer.write(r.inventory().to_bytes())
+        return
+    if sys.stdin.isatty():
+        raise UsageError("the stream comes on stdin", hint="lnk agent state-receive --receiver R < stream")
+    bar = progress_bar(None, desc="receiving")
+    with bar:
+        rep = receive(m, receiver, sys.stdin.buffer, store=store, progress=bar.update)
+    if as_json:
+        emit_json(rep.to_json())
+    else:
+        verb = "received" if rep.committed else "staged (bulk phase)"
+        say(f"{verb} {rep.agent} ({rep.id}): {rep.files} files, {rep.data_bytes} bytes carried, "
+            f"{rep.collections} collections")
+    for flag in rep.dropped_grants:
+        say(f"not granted here (the stream asked for it): {flag}; "
+            f"lnk agent allow {flag} --agent {rep.agent} gives it")

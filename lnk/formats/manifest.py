@@ -1,0 +1,201 @@
+"""The lnk-move-4 manifest: what a stream says an agent is, and the rules a receiver holds it to.
+
+The manifest travels inside the sealed stream as records (see docs/stream-format.md,
+"Payload: records of an agent"):
+
+    HEAD        one JSON object: the manifest's name (lnk-move-4.json), the agent's ID,
+                owner and name, its settings, its grants, the phase
+    FILES       a JSON array of file entries (at most FILES_PER_RECORD)
+    DATA        raw bytes of the next file that has data, in entry order
+    COLLECTION  collection records (the collection interface's export) as JSON lines,
+                cut into records anywhere (a line may span records)
+    SUMMARY     the counts the sender saw; must match what arrived
+
+Everything here is pure: it parses and validates, it never touches a disk.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from lnk.errors import InvalidInput, StreamError
+
+MANIFEST_NAME = "lnk-move-4.json"
+FORMAT = 4
+
+# record types of the payload (the format layer reserves 0x7F)
+HEAD, FILES, DATA, COLLECTION, SUMMARY = 0x01, 0x02, 0x03, 0x04, 0x05
+RECORD_NAMES = {HEAD: "HEAD", FILES: "FILES", DATA: "DATA", COLLECTION: "COLLECTION",
+                SUMMARY: "SUMMARY"}
+
+# limits a receiver enforces before it believes anything
+MAX_ENTRIES = 5_000_000
+MAX_COLLECTIONS = 100_000
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+MAX_FILE_SIZE = 1 << 40
+MAX_JSON_RECORD = 1 << 20
+MAX_COLLECTION_LINE = (1 << 20) + (64 << 10)
+FILES_PER_RECORD = 2000
+PHASES = ("full", "bulk", "final")
+
+# where files may go: Home and the agent's file-kept folders (chats/ travels as collections)
+FILE_ROOTS = ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/schedule")
+SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def bad(msg: str) -> StreamError:
+    return StreamError(f"refused the stream: {msg}",
+                       hint="nothing was applied; the stream may be damaged or hostile")
+
+
+def check_path(p: Any) -> str:
+    """A path in the stream: relative, no '..', no NUL, under one of FILE_ROOTS."""
+    if not isinstance(p, str) or not p:
+        raise bad("a file entry has no path")
+    raw = p.encode("utf-8", "surrogateescape")
+    if len(raw) > MAX_PATH_BYTES:
+        raise bad(f"a path is longer than {MAX_PATH_BYTES} bytes")
+    if "\x00" in p:
+        raise bad(f"the path {p[:80]!r} holds a NUL byte")
+    if p.startswith("/"):
+        raise bad(f"the path {p[:80]!r} is absolute")
+    parts = p.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise bad(f"the path {p[:80]!r} has an empty, '.' or '..' component")
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            raise bad(f"a name in {p[:80]!r} is longer than {MAX_NAME_BYTES} bytes")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in part):
+            raise bad(f"the path {p[:80]!r} holds a control character")
+    if not any(p == r or p.startswith(r + "/") for r in FILE_ROOTS):
+        raise bad(f"the path {p[:80]!r} is outside the agent's folders")
+    return p
+
+
+def fold(p: str) -> str:
+    """Two paths that fold alike would be one file on a Mac: a stream may not hold both."""
+    return unicodedata.normalize("NFC", p).casefold()
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    kind: str  # "f" file, "d" folder
+    mode: int
+    size: int = 0
+    sha256: str = ""
+    group: int | None = None  # hard-link group: entries sharing it are one inode
+    data: bool = False  # its bytes follow in DATA records
+    mtime_ns: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"p": self.path, "t": self.kind, "m": self.mode}
+        if self.kind == "f":
+            d.update(s=self.size, h=self.sha256, d=self.data, mt=self.mtime_ns)
+            if self.group is not None:
+                d["g"] = self.group
+        return d
+
+    @classmethod
+    def from_json(cls, d: Any) -> FileEntry:
+        if not isinstance(d, dict):
+            raise bad("a file entry is not an object")
+        unknown = set(d) - {"p", "t", "m", "s", "h", "g", "d", "mt"}
+        if unknown:
+            raise bad(f"a file entry has unknown fields {sorted(unknown)}")
+        path = check_path(d.get("p"))
+        kind = d.get("t")
+        if kind not in ("f", "d"):
+            raise bad(f"{path!r} is a {kind!r}: only files and folders travel "
+                      "(links, devices and fifos never do)")
+        mode = d.get("m")
+        if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
+            raise bad(f"{path!r} has an invalid mode")
+        mode &= 0o777  # never setuid, setgid or sticky
+        if kind == "d":
+            return cls(path, "d", mode | 0o700)
+        size, sha, group, data, mtime = d.get("s"), d.get("h"), d.get("g"), d.get("d"), d.get("mt", 0)
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_SIZE:
+            raise bad(f"{path!r} declares an invalid size")
+        if not isinstance(sha, str) or not SHA_RE.match(sha):
+            raise bad(f"{path!r} has an invalid SHA-256")
+        if group is not None and (not isinstance(group, int) or isinstance(group, bool)
+                                  or not 0 <= group < MAX_ENTRIES):
+            raise bad(f"{path!r} has an invalid hard-link group")
+        if not isinstance(data, bool):
+            raise bad(f"{path!r} has an invalid data flag")
+        if not isinstance(mtime, int) or isinstance(mtime, bool) or mtime < 0:
+            raise bad(f"{path!r} has an invalid mtime")
+        return cls(path, "f", mode | 0o600, size, sha, group, data, mtime)
+
+
+@dataclass
+class Head:
+    agent_id: str
+    owner: str
+    name: str
+    settings: dict[str, Any]
+    grants: str
+    phase: str
+    base_stream: str | None = None  # the bulk stream a final phase builds on
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest": MANIFEST_NAME, "format": FORMAT, "agent": {
+            "id": self.agent_id, "owner": self.owner, "name": self.name},
+            "settings": self.settings, "grants": self.grants, "phase": self.phase,
+            "base_stream": self.base_stream}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Head:
+        if not isinstance(d, dict):
+            raise bad("the manifest is not an object")
+        name = d.get("manifest")
+        if name != MANIFEST_NAME:
+            from lnk.errors import FormatMismatch
+
+            raise FormatMismatch(
+                f"the stream's manifest is {str(name)[:60]!r}; this lnk reads {MANIFEST_NAME}",
+                hint="the two ends speak different stream formats: upgrade the older lnk")
+        agent = d.get("agent")
+        if not isinstance(agent, dict):
+            raise bad("the manifest names no agent")
+        from lnk.agents.settings import ID_RE, OWNER_RE, check_name
+
+        aid, owner, aname = agent.get("id"), agent.get("owner"), agent.get("name")
+        if not isinstance(aid, str) or not ID_RE.match(aid):
+            raise bad("the manifest's agent ID is invalid")
+        if not isinstance(owner, str) or not OWNER_RE.match(owner):
+            raise bad("the manifest's owner is invalid")
+        try:
+            check_name(aname)  # type: ignore[arg-type]
+        except InvalidInput as e:
+            raise bad(f"the manifest's agent name is invalid ({e})") from e
+        settings, grants, phase = d.get("settings"), d.get("grants", ""), d.get("phase")
+        if not isinstance(settings, dict):
+            raise bad("the manifest carries no settings")
+        if not isinstance(grants, str):
+            raise bad("the manifest's grants are not text")
+        if phase not in PHASES:
+            raise bad(f"unknown phase {phase!r}")
+        base = d.get("base_stream")
+        if base is not None and (not isinstance(base, str) or len(base) > 64):
+            raise bad("the manifest's base stream is invalid")
+        return cls(aid, owner, aname, settings, grants, phase, base)  # type: ignore[arg-type]
+
+
+def dump(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def load_json(body: bytes, what: str) -> Any:
+    if len(body) > MAX_JSON_RECORD:
+        raise bad(f"a {what} record is larger than {MAX_JSON_RECORD} bytes")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad(f"a {what} record is not valid JSON ({e})") from e

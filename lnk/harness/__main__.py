@@ -1,0 +1,72 @@
+"""``python -m lnk.harness``: the built-in harness's own command line.
+
+    serve --config FILE --key-file FILE (--port P | --unix PATH)
+        answer as the agent on its endpoint until SIGTERM/SIGINT
+    probe-connect HOST PORT
+        exit 0 if a TCP connection to HOST:PORT can be made, 1 if not
+        (the sandbox tests run it inside the sandbox)
+
+The key is read from a file (bound read-only into the sandbox), never argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from lnk.errors import LnkError
+from lnk.harness.server import HarnessConfig, make_server, probe_connect, read_key_file
+
+
+def serve(args: argparse.Namespace) -> int:
+    config = HarnessConfig.load(Path(args.config))
+    key = read_key_file(Path(args.key_file))
+    server = make_server(config, key, port=args.port,
+                         unix=Path(args.unix) if args.unix else None)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        print(f"lnk harness: signal {signum}, stopping", flush=True)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    where = args.unix or f"127.0.0.1:{args.port}"
+    print(f"lnk harness: agent {config.name} ({config.id}) listening on {where}, "
+          f"sandboxed={config.sandboxed}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lnk.harness")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("serve")
+    p.add_argument("--config", required=True)
+    p.add_argument("--key-file", required=True)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int)
+    where.add_argument("--unix")
+    q = sub.add_parser("probe-connect")
+    q.add_argument("host")
+    q.add_argument("port", type=int)
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "serve":
+            return serve(args)
+        return 0 if probe_connect(args.host, args.port) else 1
+    except LnkError as e:
+        print(f"lnk harness: error: {e.message}", file=sys.stderr, flush=True)
+        if e.hint:
+            print(f"lnk harness: hint: {e.hint}", file=sys.stderr, flush=True)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

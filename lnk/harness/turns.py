@@ -1,0 +1,172 @@
+"""Conversations: one turn at a time, each message and answer kept as events.
+
+A conversation is the events collection named by its thread (``link:main``).
+Events are JSON objects with a ``type``:
+
+    {"type": "message", "from": "owner", "text": ..., "at": ...}
+    {"type": "answer", "text": ..., "reply_to": N, "at": ..., ["recovered": true]}
+    {"type": "tool_call", "call_id": ..., "tool": ..., "args": {...}}
+    {"type": "tool_result", "call_id": ..., "made": false, "text": "not made: ..."}
+
+Every event is written conditionally on its number (a loser reads again).  A
+turn holds the conversation's lease, renewed every ``renew_s`` while it runs;
+a lease taken over from a holder that lapsed means a turn crashed, so its
+unanswered tool calls are answered as not made and its unanswered message is
+answered before the new message is taken in.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lnk.collections.base import CollectionId, Store
+from lnk.errors import LnkError, Refused
+from lnk.harness.model import HISTORY_TURNS, Model, Turn
+
+NOT_MADE = "not made: the turn that called it stopped before the call answered"
+POLL_S = 0.05
+
+
+def iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def new_holder() -> str:
+    """A lease holder unique to this process (pids repeat inside pid namespaces)."""
+    return f"harness-{socket.gethostname()}-{secrets.token_hex(6)}"
+
+
+def store_path(driver: str, chats: Path) -> Path:
+    return chats / "store.sqlite" if driver == "sqlite" else chats
+
+
+def open_agent_store(driver: str, chats: Path, lapse_s: float) -> Store:
+    from lnk.collections import open_store
+
+    return open_store(driver, store_path(driver, chats), lapse_ms=max(1, int(lapse_s * 1000)))
+
+
+def append_event(store: Store, cid: CollectionId, data: dict[str, Any]) -> int:
+    """Append as the next number; on losing a race, read the last number again."""
+    while True:
+        n = store.last_number(cid) + 1
+        if store.append(cid, n, data):
+            return n
+
+
+class Busy(Refused):
+    """Another process holds the conversation's turn and keeps renewing it."""
+
+
+class Conversations:
+    def __init__(self, store: Store, agent_name: str, model: Model, *, renew_s: float,
+                 holder: str | None = None, wait_s: float | None = None) -> None:
+        self.store = store
+        self.agent_name = agent_name
+        self.model = model
+        self.renew_s = max(0.05, float(renew_s))
+        self.holder = holder or new_holder()
+        # how long a message waits for another process's turn: past a lapse it is ours
+        self.wait_s = wait_s if wait_s is not None else store.lapse_ms / 1000 + 5
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, thread: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(thread, threading.Lock())
+
+    @contextmanager
+    def turn(self, cid: CollectionId) -> Iterator[bool]:
+        """Hold the conversation's lease; yields whether it was taken over from a crash."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            lease = self.store.take_lease(cid, self.holder)
+            if lease is not None:
+                break
+            if time.monotonic() > deadline:
+                raise Busy(f"the conversation {cid.name} is in another process's turn",
+                           hint="send again when that turn has answered")
+            time.sleep(POLL_S)
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.renew_s):
+                try:
+                    self.store.renew_lease(cid, self.holder)
+                except Exception as e:  # keep renewing; the log shows why one failed
+                    print(f"lnk harness: renewing the turn of {cid.name} failed: {e}",
+                          flush=True)
+
+        renewer = threading.Thread(target=renew, name=f"renew {cid.name}", daemon=True)
+        renewer.start()
+        try:
+            yield lease.took_over
+        finally:
+            stop.set()
+            renewer.join()
+            self.store.release_lease(cid, self.holder)
+
+    def handle(self, thread: str, text: str, sender: str = "owner") -> dict[str, Any]:
+        """Take one message in and answer it: ``{"text", "thread", "message", "number"}``."""
+        cid = CollectionId("events", thread)
+        with self._lock(thread), self.turn(cid) as took_over:
+            if took_over:
+                self.finish_crashed_turn(cid)
+            msg_n = append_event(store=self.store, cid=cid, data={
+                "type": "message", "from": sender, "text": text, "at": iso_now()})
+            answer = self._answer(cid, text, msg_n)
+            ans_n = append_event(self.store, cid, {
+                "type": "answer", "text": answer, "reply_to": msg_n, "at": iso_now()})
+        return {"thread": thread, "text": answer, "message": msg_n, "number": ans_n}
+
+    def _answer(self, cid: CollectionId, text: str, msg_n: int) -> str:
+        first = max(1, msg_n - HISTORY_TURNS)
+        history = [ev.data for ev in self.store.iter_events(cid, first, msg_n)]
+        count = sum(1 for ev in self.store.iter_events(cid, 1, msg_n + 1)
+                    if ev.data.get("type") == "message")
+        return self.model.answer(Turn(self.agent_name, cid.name, history, text, count))
+
+    def finish_crashed_turn(self, cid: CollectionId) -> list[int]:
+        """Answer the crashed turn's open tool calls as not made, and its open message.
+
+        Returns the numbers of the events written.  A turn that had answered every
+        message and call writes nothing: its lease is only let go.
+        """
+        open_calls: dict[str, dict[str, Any]] = {}
+        pending: tuple[int, str] | None = None
+        for ev in self.store.iter_events(cid):
+            kind = ev.data.get("type")
+            if kind == "message":
+                pending = (ev.number, str(ev.data.get("text", "")))
+            elif kind == "answer":
+                pending = None
+            elif kind == "tool_call":
+                open_calls[str(ev.data.get("call_id"))] = ev.data
+            elif kind == "tool_result":
+                open_calls.pop(str(ev.data.get("call_id")), None)
+        written = []
+        for call_id, call in open_calls.items():
+            written.append(append_event(self.store, cid, {
+                "type": "tool_result", "call_id": call_id, "tool": call.get("tool"),
+                "made": False, "text": NOT_MADE, "at": iso_now()}))
+        if pending is not None:
+            num, text = pending
+            try:
+                answer = self._answer(cid, text, num)
+            except LnkError as e:
+                answer = f"(the turn that took this message in stopped; answering failed: {e})"
+            written.append(append_event(self.store, cid, {
+                "type": "answer", "text": answer, "reply_to": num, "recovered": True,
+                "at": iso_now()}))
+        if written:
+            print(f"lnk harness: finished a crashed turn in {cid.name}: "
+                  f"{len(open_calls)} tool call(s) answered as not made", flush=True)
+        return written

@@ -1,0 +1,158 @@
+"""The agent's sandbox on Linux: bubblewrap.
+
+The sandbox's shape (see ``docs/harness.md``):
+
+* a fresh root (tmpfs) with the system read-only: /usr, /etc, the /bin /lib
+  /sbin links, and the Python runtime (``sys.prefix``, ``sys.base_prefix``)
+  and the folder holding the ``lnk`` package;
+* the agent's folders at their own paths: ``Home/`` and ``Agent/chats``,
+  ``memory``, ``schedule`` writable; ``Agent/instructions``, ``skills`` and
+  ``Config/`` read-only (an agent can't widen its own grants).  Nothing else
+  of HOME: not ``~/.config/lnk``, ``~/.lnk``, ``~/.ssh`` nor other agents;
+* ``/run/lnk/key`` and ``/run/lnk/harness.json`` read-only (the endpoint key
+  and the harness's config) and ``/run/lnk/net`` = ``~/.lnk/agents/.net/<id>``,
+  where the harness serves its endpoint on a unix socket;
+* every namespace unshared (its own network with only ``lo``, pid, ipc, uts,
+  user, cgroup), a private /tmp, ``--die-with-parent``, ``--new-session`` and
+  ``--clearenv`` with only the variables it needs.
+
+There is no fallback: if bubblewrap is missing or can't run,
+:func:`check_bwrap` raises :class:`SandboxUnavailable`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lnk.errors import SandboxUnavailable
+
+if TYPE_CHECKING:
+    from lnk.agents.registry import Agent
+
+RUN_DIR = "/run/lnk"
+KEY_PATH = f"{RUN_DIR}/key"
+CONFIG_PATH = f"{RUN_DIR}/harness.json"
+NET_DIR = f"{RUN_DIR}/net"
+SOCKET_NAME = "endpoint.sock"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+RW_AGENT_DIRS = ("chats", "memory", "schedule")
+RO_AGENT_DIRS = ("instructions", "skills")
+
+_probed: set[str] = set()
+
+FIX_HINT = ("install bubblewrap (apt-get install bubblewrap); on Ubuntu 24.04 and later "
+            "also allow it user namespaces with an AppArmor profile for bwrap; or, on a "
+            "machine you trust, start the agent with --no-sandbox")
+
+
+def find_bwrap(path: str | None = None) -> str:
+    """The bwrap program on ``path`` (default: $PATH), or SandboxUnavailable."""
+    found = shutil.which("bwrap", path=path if path is not None else os.environ.get("PATH"))
+    if not found:
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed: the agent's sandbox "
+                                 "can't be made", hint=FIX_HINT)
+    return found
+
+
+def check_bwrap(path: str | None = None) -> str:
+    """Make sure bubblewrap can run a sandbox here; returns its path.
+
+    Probes once per process (``bwrap --ro-bind / / --unshare-all true``).
+    ``path`` is the PATH to look in (default: the environment's).
+    """
+    bwrap = find_bwrap(path)
+    if bwrap in _probed:
+        return bwrap
+    try:
+        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all",
+                               "--die-with-parent", "true"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SandboxUnavailable(f"bubblewrap ({bwrap}) can't run: {e}", hint=FIX_HINT) from e
+    if proc.returncode != 0:
+        why = proc.stderr.decode("utf-8", "replace").strip()[:500] or f"exit {proc.returncode}"
+        raise SandboxUnavailable(f"bubblewrap ({bwrap}) can't make a sandbox here: {why}",
+                                 hint=FIX_HINT)
+    _probed.add(bwrap)
+    return bwrap
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def python_paths() -> list[str]:
+    """What the harness's Python needs read-only: its prefixes and lnk's folder."""
+    import lnk
+
+    pkg_parent = str(Path(lnk.__file__).resolve().parent.parent)
+    out: list[str] = []
+    for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix),
+              os.path.realpath(sys.base_prefix), pkg_parent):
+        if p and os.path.isdir(p) and not _under(p, ["/usr", *out]):
+            out.append(p)
+    return out
+
+
+def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, str]:
+    import lnk
+
+    env = {
+        "HOME": str(agent.folders.home),
+        "PATH": SANDBOX_PATH,
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": str(Path(lnk.__file__).resolve().parent.parent),
+        "LNK_SANDBOXED": "1",
+    }
+    env.update(extra or {})
+    return env
+
+
+def bwrap_argv(agent: Agent, inner_cmd: list[str], *, bwrap: str = "bwrap",
+               env: dict[str, str] | None = None, runtime: bool = True) -> list[str]:
+    """The full command that runs ``inner_cmd`` in the agent's sandbox.
+
+    ``env`` adds variables to the few the sandbox sets.  ``runtime`` binds the
+    endpoint key, the harness config and the net folder under /run/lnk (the
+    runner makes them; set False for a command run beside the agent).
+    """
+    if not inner_cmd or inner_cmd[0].startswith("-"):
+        raise ValueError("the sandboxed command must be a program and its arguments")
+    folders = agent.folders
+    a: list[str] = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+                    "--clearenv"]
+    # the system, read-only, on a fresh tmpfs root
+    a += ["--ro-bind", "/usr", "/usr"]
+    for p in SYSTEM_LINKS:
+        if os.path.islink(p):
+            a += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            a += ["--ro-bind", p, p]
+    a += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",
+          "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+    for p in python_paths():
+        a += ["--ro-bind", p, p]
+    # the agent's folders (after /tmp's tmpfs: a HOME under /tmp stays reachable)
+    a += ["--bind", str(folders.home), str(folders.home)]
+    for d in RW_AGENT_DIRS:
+        a += ["--bind", str(folders.agent / d), str(folders.agent / d)]
+    for d in RO_AGENT_DIRS:
+        a += ["--ro-bind", str(folders.agent / d), str(folders.agent / d)]
+    a += ["--ro-bind", str(folders.config), str(folders.config)]
+    if runtime:
+        a += ["--dir", RUN_DIR,
+              "--ro-bind", str(agent.runtime / "key"), KEY_PATH,
+              "--ro-bind", str(agent.runtime / "harness.json"), CONFIG_PATH,
+              "--bind", str(agent.net), NET_DIR]
+    for k, v in sandbox_env(agent, env).items():
+        a += ["--setenv", k, v]
+    a += ["--chdir", str(folders.home)]
+    return a + list(inner_cmd)

@@ -1,0 +1,192 @@
+"""Applying a verified stream at once, and finishing an apply a crash interrupted.
+
+Once everything is staged and verified, the receiver writes ``commit.json``:
+from then on the apply is decided and rolls forward (here, or at the next
+``lnk`` that finds the journal), never back.  Every step can run twice.
+
+    1. the agent's state is replaced wholly: the old Agent/ is renamed aside
+       and the staged one renamed into place
+    2. its files are added to Home/: overwritten, never deleted
+    3. Config/sandbox.toml and the settings file are replaced
+    4. the receiver (its key, staged objects, the old Agent/) is deleted
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+from lnk.agents.layout import AGENT_COLLECTION_DIRS, Machine
+from lnk.transport.receivers import Receiver
+from lnk.transport.staging import Stage
+
+JOURNAL = "commit.json"
+
+
+class Conflict(Exception):
+    pass
+
+
+def _dest_kind(dest: Path, stop: Path) -> str | None:
+    """What the destination holds at ``dest``: None, "f", "d"; raises Conflict on a link."""
+    p = dest
+    while True:
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise Conflict(f"{p} is a symbolic link")
+        if p == dest:
+            kind = None if st is None else ("d" if stat.S_ISDIR(st.st_mode) else
+                                           "f" if stat.S_ISREG(st.st_mode) else "x")
+        if p == stop or p.parent == p:
+            return kind
+        p = p.parent
+
+
+def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
+    """Build work/agent and work/home from the entries; returns Home paths already equal."""
+    work = stage.work
+    agent_dir, home_dir = work / "agent", work / "home"
+    agent_dir.mkdir(exist_ok=True)
+    home_dir.mkdir(exist_ok=True)
+    used_objects: set[str] = set()
+    group_targets: dict[int, Path] = {}
+    same: list[str] = []
+    local_rel = _local_rel_index(r)
+    for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
+        if path == "Home" or path.startswith("Home/"):
+            rel = path[5:]
+            target = home_dir / rel if rel else home_dir
+            dest = agent_root / "Home" / rel if rel else agent_root / "Home"
+            try:
+                have = _dest_kind(dest, agent_root)
+            except Conflict as e:
+                raise Conflict(f"{path}: {e}") from None
+            if have is not None and have != kind:
+                raise Conflict(f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
+                               f"but {'a folder' if have == 'd' else 'something else'} here")
+            if kind == "f" and have == "f" and local_rel.get(path) == sha and grp is None:
+                same.append(path)
+                continue
+        else:
+            target = agent_dir / path[len("Agent/"):]
+        if kind == "d":
+            target.mkdir(parents=True, exist_ok=True)
+            os.chmod(target, mode)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if grp is not None and grp in group_targets:
+            os.link(group_targets[grp], target)
+            continue
+        if size == 0:
+            target.touch()
+        else:
+            src = r.local_path(sha)
+            if src is None:
+                raise Conflict(f"the content of {path} vanished from staging")
+            if src.parent == r.objects and sha not in used_objects:
+                os.link(src, target)
+                used_objects.add(sha)
+            else:
+                shutil.copyfile(src, target)
+        os.chmod(target, mode)
+        os.utime(target, ns=(mtime, mtime))
+        if grp is not None:
+            group_targets[grp] = target
+    for d in AGENT_COLLECTION_DIRS:
+        (agent_dir / d).mkdir(exist_ok=True)
+    return same
+
+
+def _local_rel_index(r: Receiver) -> dict[str, str]:
+    import sqlite3
+
+    db = r.dir / "local.sqlite"
+    if not db.exists():
+        return {}
+    con = sqlite3.connect(db)
+    try:
+        return {rel: sha for sha, rel in con.execute("SELECT sha, rel FROM c WHERE rel LIKE 'Home/%'")}
+    finally:
+        con.close()
+
+
+def decide(r: Receiver, plan: dict[str, Any]) -> None:
+    tmp = r.dir / (JOURNAL + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(plan, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, r.dir / JOURNAL)
+
+
+def apply(r: Receiver) -> dict[str, Any]:
+    """Roll a decided commit forward; safe to run again after a crash at any point."""
+    plan = json.loads((r.dir / JOURNAL).read_text())
+    root = Path(plan["agent_root"])
+    work = r.dir / "work"
+    for sub in ("", "Home", "Config"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    new_agent, old_agent = work / "agent", work / "agent-old"
+    if new_agent.exists():
+        if (root / "Agent").exists() and not old_agent.exists():
+            os.rename(root / "Agent", old_agent)
+        if not (root / "Agent").exists():
+            os.rename(new_agent, root / "Agent")
+    skipped = _merge_home(work / "home", root / "Home")
+    if (work / "sandbox.toml").exists():
+        os.replace(work / "sandbox.toml", root / "Config" / "sandbox.toml")
+    if (work / "settings.toml").exists():
+        Path(plan["settings_file"]).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(work / "settings.toml", plan["settings_file"])
+    moved_note = plan.get("moved_note")
+    if moved_note:
+        Path(moved_note).unlink(missing_ok=True)
+    r.abandon()
+    return {"skipped": skipped}
+
+
+def _merge_home(src: Path, dest: Path) -> list[str]:
+    """Move every staged file into Home, never following a link that appeared meanwhile."""
+    skipped: list[str] = []
+    if not src.exists():
+        return skipped
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        d = dest / rel
+        try:
+            if _dest_kind(d, dest) is None:
+                d.mkdir()
+        except (Conflict, OSError):
+            skipped.append(str(rel))
+            dirnames[:] = []
+            continue
+        for name in filenames:
+            target = d / name
+            try:
+                if _dest_kind(target, dest) not in (None, "f"):
+                    raise Conflict("not a file")
+                os.replace(Path(dirpath) / name, target)
+            except (Conflict, OSError):
+                skipped.append(str(rel / name))
+    return skipped
+
+
+def finish_pending(machine: Machine) -> list[str]:
+    """Finish applies a crash left decided; returns the agents they were for."""
+    done = []
+    root = machine.receivers_dir
+    if not root.is_dir():
+        return done
+    for d in sorted(root.iterdir()):
+        if (d / JOURNAL).exists():
+            plan = json.loads((d / JOURNAL).read_text())
+            apply(Receiver(machine, d.name))
+            done.append(str(plan.get("name")))
+    return done

@@ -1,0 +1,377 @@
+"""Legs: one way to run an ``lnk`` command at a place, with pipes.
+
+A move runs ``lnk agent state-send`` where the agent leaves and
+``lnk agent state-receive`` where it goes, piped through this computer.  Each
+end is a :class:`Leg`:
+
+* :class:`LocalLeg` — another HOME on this machine, reached without SSH
+  (``sys.executable -m lnk ...`` with ``HOME`` pointing there);
+* :class:`SshLeg` — any SSH destination, reached with the user's own ``ssh``
+  (``~/.ssh/config``, agent, keys, known hosts all apply).  ``LNK_SSH_COMMAND``
+  (a command line split as a shell would, e.g. ``ssh -F /path/config``) takes
+  the place of plain ``ssh``, as ``BORG_RSH`` does for borg; ``LNK_REMOTE_LNK``
+  (default ``lnk``) names the program run there, e.g. ``~/.local/bin/lnk`` or
+  ``env HOME=/x python3 -m lnk``.  It is a command-line prefix for the remote
+  shell and is not quoted; the arguments after it always are.
+
+:func:`relay` connects one leg's stdout straight to another's stdin: the two
+child processes share a pipe, and no byte passes through Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from lnk import errors as _errors
+from lnk.errors import EXIT_CODES, InvalidInput, LnkError, TransportError
+
+SSH_FAILED = 255
+"""ssh's own exit status when it could not connect or the connection broke."""
+
+_STDERR_TAIL = 8192
+
+Stdin = bytes | IO[Any] | int | None
+Stdout = IO[Any] | int | None
+
+
+@dataclass
+class LegResult:
+    """What :meth:`Leg.run` gives back (like ``subprocess.CompletedProcess``)."""
+
+    args: list[str]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+def _error_class(code: int) -> type[LnkError]:
+    for name, value in EXIT_CODES.items():
+        if value == code and name != "Interrupted":
+            cls = getattr(_errors, name)
+            if isinstance(cls, type) and issubclass(cls, LnkError):
+                return cls
+    return LnkError
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _remote_error(where: str, code: int, stderr: str) -> LnkError:
+    """An lnk error raised over there becomes the same error here."""
+    message = hint = None
+    for line in stderr.splitlines():
+        if line.startswith("lnk: error: "):
+            message = line[len("lnk: error: "):].strip()
+        elif line.startswith("lnk: hint: "):
+            hint = line[len("lnk: hint: "):].strip()
+    if message is None:
+        message = _last_line(stderr) or "no message"
+        message = f"command failed with exit code {code}: {message}"
+    err = _error_class(code)(f"on {where}: {message}", hint=hint)
+    if code != err.exit_code and type(err) is LnkError:
+        err.exit_code = code
+    return err
+
+
+class LegProcess:
+    """A running command at a leg: ``stdin``/``stdout`` as given, stderr kept.
+
+    stderr goes to a temporary file (so a chatty command can never block on a
+    full pipe, and memory stays bounded); :meth:`wait` reads only its tail.
+    """
+
+    def __init__(self, leg: Leg, args: list[str], argv: list[str], env: dict[str, str] | None,
+                 stdin: IO[Any] | int | None, stdout: Stdout) -> None:
+        self.leg = leg
+        self.args = args
+        self._errfile = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        try:
+            self.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout,
+                                         stderr=self._errfile)
+        except FileNotFoundError as e:
+            self._errfile.close()
+            raise leg.launch_failed(argv[0]) from e
+        except BaseException:
+            self._errfile.close()
+            raise
+        self.stdin = self.proc.stdin
+        self.stdout = self.proc.stdout
+        self.pid = self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def terminate(self) -> None:
+        self.proc.terminate()
+
+    def stderr_text(self) -> str:
+        """The last few KiB the command wrote on stderr."""
+        f = self._errfile
+        if f.closed:
+            return ""
+        f.flush()
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - _STDERR_TAIL))
+        return f.read().decode("utf-8", "replace")
+
+    def wait(self, check: bool = True, timeout: float | None = None) -> int:
+        """Wait for the end; with ``check`` a failure raises (see :meth:`Leg.check`)."""
+        if self.proc.stdin and not self.proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        code = self.proc.wait(timeout=timeout)
+        if check:
+            self.leg.check(code, self.stderr_text())
+        return code
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f and not f.closed:
+                with contextlib.suppress(BrokenPipeError):
+                    f.close()
+        self._errfile.close()
+
+    def __enter__(self) -> LegProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Leg:
+    """A place that runs lnk commands.  Subclasses say how to get there."""
+
+    name: str
+
+    # --- what subclasses provide -------------------------------------
+    def argv(self, args: Sequence[str]) -> list[str]:
+        """The local argv that runs ``lnk ARGS`` at this place."""
+        raise NotImplementedError
+
+    def shell_argv(self, script: str) -> list[str]:
+        """The local argv that runs a POSIX shell line at this place."""
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    def check(self, code: int, stderr: str) -> None:
+        """Raise for a failed command: the remote lnk error, or a TransportError."""
+        if code != 0:
+            raise _remote_error(self.name, code, stderr)
+
+    def launch_failed(self, program: str) -> LnkError:
+        return TransportError(f"cannot reach {self.name}: {program!r} was not found",
+                              hint="install it or put it on PATH")
+
+    # --- the interface ------------------------------------------------
+    def run(self, args: Sequence[str], stdin: Stdin = None, capture: bool = True,
+            check: bool = True) -> LegResult:
+        """Run ``lnk ARGS`` there and wait.
+
+        ``stdin`` is bytes, a file or None (nothing).  With ``capture`` stdout
+        and stderr come back as bytes, otherwise they go to ours.  With
+        ``check`` a failure raises: an lnk error there raises the same class
+        here (message and hint included); a broken connection a TransportError.
+        """
+        return self._run(self.argv(args), list(args), stdin, capture, check)
+
+    def run_shell(self, script: str, stdin: Stdin = None, capture: bool = True,
+                  check: bool = True) -> LegResult:
+        """Run a POSIX shell line there (installing lnk, tests)."""
+        return self._run(self.shell_argv(script), [script], stdin, capture, check)
+
+    def popen(self, args: Sequence[str], stdin: Stdin = subprocess.DEVNULL,
+              stdout: Stdout = subprocess.PIPE) -> LegProcess:
+        """Start ``lnk ARGS`` there for streaming; stdin/stdout are PIPE, a file or fd."""
+        return self._popen(self.argv(args), list(args), stdin, stdout)
+
+    def popen_shell(self, script: str, stdin: Stdin = subprocess.DEVNULL,
+                    stdout: Stdout = subprocess.PIPE) -> LegProcess:
+        return self._popen(self.shell_argv(script), [script], stdin, stdout)
+
+    # --- plumbing -----------------------------------------------------
+    def _popen(self, argv: list[str], args: list[str], stdin: Stdin,
+               stdout: Stdout) -> LegProcess:
+        if isinstance(stdin, bytes):
+            raise TypeError("popen takes a pipe or file as stdin; use run() for bytes")
+        return LegProcess(self, args, argv, self.env(), stdin, stdout)
+
+    def _run(self, argv: list[str], args: list[str], stdin: Stdin, capture: bool,
+             check: bool) -> LegResult:
+        data = stdin if isinstance(stdin, bytes) else None
+        pipe_in: Any = subprocess.PIPE if data is not None else (
+            subprocess.DEVNULL if stdin is None else stdin)
+        out: Any = subprocess.PIPE if capture else None
+        try:
+            proc = subprocess.Popen(argv, env=self.env(), stdin=pipe_in, stdout=out,
+                                    stderr=subprocess.PIPE if capture else None)
+        except FileNotFoundError as e:
+            raise self.launch_failed(argv[0]) from e
+        with proc:
+            try:
+                so, se = proc.communicate(input=data)
+            except BaseException:
+                proc.kill()
+                raise
+        so, se = so or b"", se or b""
+        if check:
+            self.check(proc.returncode, se.decode("utf-8", "replace"))
+        return LegResult(args, proc.returncode, so, se)
+
+
+class LocalLeg(Leg):
+    """A box that is another HOME on this machine."""
+
+    def __init__(self, home: Path | str, name: str | None = None) -> None:
+        self.home = Path(home)
+        self.name = name or f"local box {self.home}"
+
+    def __repr__(self) -> str:
+        return f"LocalLeg({str(self.home)!r})"
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        return [sys.executable, "-m", "lnk", *args]
+
+    def shell_argv(self, script: str) -> list[str]:
+        return ["/bin/sh", "-c", script]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["HOME"] = str(self.home)
+        return env
+
+    def _run(self, argv: list[str], args: list[str], stdin: Stdin, capture: bool,
+             check: bool) -> LegResult:
+        self.home.mkdir(parents=True, exist_ok=True)
+        return super()._run(argv, args, stdin, capture, check)
+
+
+def ssh_command() -> list[str]:
+    """The local ssh command: ``LNK_SSH_COMMAND`` split as a shell would, or ``ssh``."""
+    line = os.environ.get("LNK_SSH_COMMAND", "").strip()
+    if not line:
+        return ["ssh"]
+    try:
+        cmd = shlex.split(line)
+    except ValueError as e:
+        raise TransportError(f"LNK_SSH_COMMAND cannot be parsed: {e}",
+                             hint="give a command line such as 'ssh -F ~/.ssh/other_config'") from e
+    return cmd or ["ssh"]
+
+
+def check_destination(destination: str) -> str:
+    if (not destination or destination.startswith("-")
+            or any(c.isspace() or ord(c) < 32 for c in destination)):
+        raise InvalidInput(
+            f"{destination!r} is not an SSH destination",
+            hint="give [user@]host or an alias from ~/.ssh/config (no spaces, not starting with '-')")
+    return destination
+
+
+class SshLeg(Leg):
+    """A box reached with ``ssh <destination> -- <remote lnk> ARGS``."""
+
+    def __init__(self, destination: str, remote_lnk: str | None = None,
+                 name: str | None = None) -> None:
+        self.destination = check_destination(destination)
+        self._remote_lnk = remote_lnk
+        self.name = name or destination
+
+    def __repr__(self) -> str:
+        return f"SshLeg({self.destination!r})"
+
+    @property
+    def remote_lnk(self) -> str:
+        """``LNK_REMOTE_LNK`` wins, then what the box registry found, then ``lnk``."""
+        return (os.environ.get("LNK_REMOTE_LNK", "").strip() or self._remote_lnk or "lnk")
+
+    def remote_command(self, args: Sequence[str]) -> str:
+        return " ".join([self.remote_lnk, *(shlex.quote(a) for a in args)])
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        return [*ssh_command(), self.destination, "--", self.remote_command(args)]
+
+    def shell_argv(self, script: str) -> list[str]:
+        return [*ssh_command(), self.destination, "--", script]
+
+    def check(self, code: int, stderr: str) -> None:
+        if code == SSH_FAILED:
+            last = _last_line(stderr) or "ssh exited with status 255"
+            raise TransportError(
+                f"cannot reach box {self.name} over SSH: {last}",
+                hint=f"check that 'ssh {self.destination}' works from this computer")
+        if code == 127:  # the shell found no such program
+            raise TransportError(
+                f"lnk is not installed on box {self.name} ({_last_line(stderr)})",
+                hint="run 'lnk box add' again to install it, or set LNK_REMOTE_LNK")
+        super().check(code, stderr)
+
+    def launch_failed(self, program: str) -> LnkError:
+        return TransportError(f"cannot reach box {self.name}: the ssh program {program!r} "
+                              "was not found",
+                              hint="install OpenSSH's client, or set LNK_SSH_COMMAND")
+
+
+@dataclass
+class RelayResult:
+    source_code: int
+    sink_code: int
+
+
+def pipe(src: Leg, src_cmd: Sequence[str] | str, dst: Leg, dst_cmd: Sequence[str] | str, *,
+         check: bool = True) -> RelayResult:
+    """Stream ``src``'s stdout into ``dst``'s stdin, fd to fd, and wait for both.
+
+    A command is a list (``lnk`` arguments) or a string (a shell line).  This
+    computer only relays: the two children share one OS pipe, so the bytes
+    never enter Python.  With ``check`` the sink's failure is raised first (it
+    usually says why, e.g. a format mismatch), then the source's.
+    """
+    a = _start(src, src_cmd, subprocess.DEVNULL, subprocess.PIPE)
+    try:
+        assert a.stdout is not None
+        b = _start(dst, dst_cmd, a.stdout, subprocess.DEVNULL)
+    except BaseException:
+        a.close()
+        raise
+    a.stdout.close()  # only the two children hold the pipe now
+    with a, b:
+        try:
+            code_b = b.wait(check=False)
+            code_a = a.wait(check=False)
+        except BaseException:
+            a.kill()
+            b.kill()
+            raise
+        if check:
+            dst.check(code_b, b.stderr_text())
+            src.check(code_a, a.stderr_text())
+    return RelayResult(code_a, code_b)
+
+
+def _start(leg: Leg, cmd: Sequence[str] | str, stdin: Stdin, stdout: Stdout) -> LegProcess:
+    if isinstance(cmd, str):
+        return leg.popen_shell(cmd, stdin=stdin, stdout=stdout)
+    return leg.popen(cmd, stdin=stdin, stdout=stdout)

@@ -1,0 +1,181 @@
+"""Receiving an agent: stage and verify the whole stream, then apply it at once.
+
+A receive that fails for any reason leaves the destination exactly as it was:
+nothing outside the receiver's own folder is written until the final record
+has verified and the summary matches.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
+
+from lnk.agents import ports
+from lnk.agents.grants import filter_from_stream
+from lnk.agents.layout import Machine
+from lnk.agents.machine import account_owner
+from lnk.agents.registry import Agent, find_by_id, taken_blocks
+from lnk.agents.settings import Settings, migrate
+from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
+from lnk.formats import manifest as M
+from lnk.formats.stream import StreamReader
+from lnk.transport import commit
+from lnk.transport.receivers import open_receiver
+from lnk.transport.staging import Stage, disk_full
+
+
+@dataclass
+class ReceiveReport:
+    agent: str
+    id: str
+    owner: str
+    phase: str
+    committed: bool
+    entries: int = 0
+    files: int = 0
+    data_bytes: int = 0
+    collections: int = 0
+    unchanged_home_files: int = 0
+    dropped_grants: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    stream_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_destination(machine: Machine, head: M.Head) -> Agent | None:
+    """Refuse a stream that would clash with what lives here; returns the agent it replaces."""
+    existing = find_by_id(machine, head.agent_id)
+    settings_file = machine.settings_file(head.name)
+    if existing is None and (settings_file.exists() or machine.folders(head.name).root.exists()):
+        raise AlreadyExists(
+            f"an agent named {head.name!r} already lives here, and it is another agent than the "
+            f"one in the stream ({head.agent_id})",
+            hint=f"remove or rename it first (lnk agent remove {head.name}), then send again")
+    if existing is not None and existing.name != head.name:
+        raise AlreadyExists(
+            f"the agent {head.agent_id} lives here as {existing.name!r}, the stream names it "
+            f"{head.name!r}", hint="rename one of them so both ends agree")
+    if head.owner.startswith("acct-") and account_owner(machine) != head.owner:
+        raise Refused(f"the agent belongs to the account {head.owner}, and this machine is not "
+                      "signed in as it", hint="sign in here as that account first")
+    if existing is not None:
+        from lnk.agents.service import is_running
+
+        if is_running(existing):
+            raise Refused(f"{existing.name} is running here", hint="stop it here first, or move it")
+    return existing
+
+
+def _settings_here(head: M.Head, existing: Agent | None, machine: Machine,
+                   store: str) -> Settings:
+    data, _ = migrate(dict(head.settings))
+    data["id"], data["name"], data["owner"] = head.agent_id, head.name, head.owner
+    data["store"] = store
+    try:
+        s = Settings.from_toml(data, "the stream's settings")
+    except LnkError as e:
+        raise M.bad(e.message) from e
+    if existing is not None:
+        s.port_base, s.port_count = existing.settings.port_base, existing.settings.port_count
+    else:
+        s.port_base = ports.allocate(s.name, s.harness, taken_blocks(machine))
+    return s
+
+
+def receive(machine: Machine, rid: str, inp: BinaryIO, *, store: str | None = None,
+            progress: Callable[[int], None] | None = None) -> ReceiveReport:
+    commit.finish_pending(machine)
+    r = open_receiver(machine, rid)
+    reader = StreamReader(inp, r.key())
+    stage = Stage(r, store)
+    existing: Agent | None = None
+    try:
+        for rtype, body in reader:
+            had_head = stage.head is not None
+            stage.take(rtype, body)
+            if not had_head and stage.head is not None:
+                existing = check_destination(machine, stage.head)
+                if existing is not None and stage.store_driver is None:
+                    stage.store_driver = existing.settings.store
+                _check_phase(r, stage.head)
+            if progress and rtype == M.DATA:
+                progress(len(body))
+        stage.finish()
+        head = stage.head
+        assert head is not None
+        report = ReceiveReport(head.name, head.agent_id, head.owner, head.phase, False,
+                               stage.entries, stage.files, stage.data_bytes, stage.collections,
+                               stream_id=reader.stream_id.hex())
+        if head.phase == "bulk":
+            _keep_bulk(r, stage, reader.stream_id.hex())
+            return report
+        return _commit(machine, r, stage, head, existing, report)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_full(e) from e
+        raise
+    except commit.Conflict as e:
+        raise Refused(f"the stream's files clash with what is here: {e}",
+                      hint="move the thing in the way aside, then send again") from e
+    finally:
+        stage.close()
+        if not (r.dir / commit.JOURNAL).exists():
+            shutil.rmtree(stage.work, ignore_errors=True)
+
+
+def _check_phase(r: Any, head: M.Head) -> None:
+    if head.phase != "final":
+        return
+    held = r.info().get("bulk_stream")
+    if not held or head.base_stream != held:
+        raise StreamError(
+            f"this final phase builds on stream {head.base_stream}, but this receiver holds "
+            f"{held or 'no bulk phase'}", hint="send the bulk phase to this receiver first")
+
+
+def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
+    shutil.rmtree(r.bulk, ignore_errors=True)
+    (r.bulk / "agent").mkdir(parents=True)
+    chats = stage.work / "agent" / "chats"
+    if chats.exists():
+        chats.rename(r.bulk / "agent" / "chats")
+    r.set_info(bulk_stream=stream_id)
+
+
+def _commit(machine: Machine, r: Any, stage: Stage, head: M.Head, existing: Agent | None,
+            report: ReceiveReport) -> ReceiveReport:
+    agent_root = machine.folders(head.name).root
+    same = commit.materialize(stage, r, agent_root)
+    report.unchanged_home_files = len(same)
+    settings = _settings_here(head, existing, machine, stage.store_driver or "files")
+    work = stage.work
+    from lnk.agents.settings import write_toml_atomic
+
+    write_toml_atomic(work / "settings.toml", settings.to_toml())
+    if existing is None:
+        filtered = filter_from_stream(head.grants) if head.grants.strip() else None
+        if filtered is not None:
+            (work / "sandbox.toml").write_text(filtered.to_toml())
+            report.dropped_grants = filtered.dropped
+    # an agent coming back keeps the grants it has here
+    try:
+        commit.decide(r, {"name": head.name, "id": head.agent_id, "agent_root": str(agent_root),
+                          "settings_file": str(machine.settings_file(head.name)),
+                          "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json")})
+    except OSError as e:
+        raise TransportError(f"could not write the commit journal: {e}",
+                             hint="nothing was applied; free space and try again") from e
+    stage.close()
+    report.skipped = commit.apply(r)["skipped"]
+    report.committed = True
+    return report
+
+
+def report_json(report: ReceiveReport) -> str:
+    return json.dumps(report.to_json(), indent=2)

@@ -1,0 +1,167 @@
+"""One-time receivers: ``~/.lnk/receivers/<receiver>/``.
+
+    key             the receiver's private key seed, mode 0600, deleted at commit or abandon
+    receiver.json   when it was made, for which agent, the bulk phase it holds
+    local.sqlite    content this machine already holds for that agent: sha256 -> path
+    objects/<sha>   verified content staged by streams to this receiver
+    bulk/           what a verified bulk phase left for its final phase
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lnk.agents.layout import Machine
+from lnk.agents.registry import find_by_id
+from lnk.errors import InvalidInput, NotFound
+from lnk.formats.keys import ReceiverKey
+from lnk.transport.inventory import Inventory
+from lnk.transport.walk import HashCache, WalkStats, walk_agent
+
+RECEIVER_PREFIX = "rcv-"
+
+
+@dataclass
+class Receiver:
+    machine: Machine
+    rid: str
+
+    @property
+    def dir(self) -> Path:
+        return self.machine.receivers_dir / self.rid
+
+    @property
+    def objects(self) -> Path:
+        return self.dir / "objects"
+
+    @property
+    def bulk(self) -> Path:
+        return self.dir / "bulk"
+
+    def key(self) -> ReceiverKey:
+        try:
+            return ReceiverKey.from_seed((self.dir / "key").read_bytes())
+        except FileNotFoundError:
+            raise NotFound(f"the receiver {self.rid} has no key here (committed or abandoned)",
+                           hint="prepare a new receiver: lnk agent state-receive --prepare") from None
+
+    def info(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.dir / "receiver.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def set_info(self, **kw: Any) -> None:
+        data = self.info() | kw
+        tmp = self.dir / "receiver.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.dir / "receiver.json")
+
+    def local_path(self, sha: str) -> Path | None:
+        """Where this machine already holds content with this SHA-256, if anywhere."""
+        obj = self.objects / sha
+        if obj.exists():
+            return obj
+        db = self.dir / "local.sqlite"
+        if not db.exists():
+            return None
+        con = sqlite3.connect(db)
+        try:
+            row = con.execute("SELECT path FROM c WHERE sha=?", (sha,)).fetchone()
+        finally:
+            con.close()
+        if row and Path(row[0]).is_file() and not Path(row[0]).is_symlink():
+            return Path(row[0])
+        return None
+
+    def inventory(self) -> Inventory:
+        shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
+        db = self.dir / "local.sqlite"
+        if db.exists():
+            con = sqlite3.connect(db)
+            try:
+                shas += [r[0] for r in con.execute("SELECT sha FROM c")]
+            finally:
+                con.close()
+        return Inventory.of(s for s in shas if len(s) == 64)
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def check_receiver_id(rid: str) -> str:
+    if not (rid.startswith(RECEIVER_PREFIX) and rid[len(RECEIVER_PREFIX):].isalnum()
+            and len(rid) <= 40):
+        raise InvalidInput(f"{rid!r} is not a receiver",
+                           hint="use the receiver that lnk agent state-receive --prepare printed")
+    return rid
+
+
+def open_receiver(machine: Machine, rid: str) -> Receiver:
+    r = Receiver(machine, check_receiver_id(rid))
+    if not r.dir.is_dir():
+        raise NotFound(f"no receiver {rid} on this machine (committed, abandoned or never made)",
+                       hint="prepare a new one: lnk agent state-receive --prepare")
+    return r
+
+
+def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
+    """A fresh receiver: a one-time key pair, and an index of what is held here already."""
+    rid = RECEIVER_PREFIX + secrets.token_hex(8)
+    r = Receiver(machine, rid)
+    machine.receivers_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    r.dir.mkdir(mode=0o700)
+    key = ReceiverKey.generate()
+    fd = os.open(r.dir / "key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.seed)
+    r.objects.mkdir()
+    r.set_info(created=time.time(), agent_id=agent_id, public_key=key.public.text())
+    if agent_id:
+        _adopt_earlier_objects(machine, r, agent_id)
+        agent = find_by_id(machine, agent_id)
+        if agent is not None:
+            _index_local(r, agent.folders.root, agent.runtime / "hashes.sqlite")
+    return r
+
+
+def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None:
+    """Content an interrupted receive of the same agent staged is kept, not sent again."""
+    for other in machine.receivers_dir.iterdir():
+        if other == r.dir or not other.name.startswith(RECEIVER_PREFIX):
+            continue
+        o = Receiver(machine, other.name)
+        if o.info().get("agent_id") != agent_id or (other / "commit.json").exists():
+            continue
+        if o.objects.is_dir():
+            for obj in o.objects.iterdir():
+                if len(obj.name) == 64 and not (r.objects / obj.name).exists():
+                    os.replace(obj, r.objects / obj.name)
+        o.abandon()
+
+
+def _index_local(r: Receiver, agent_root: Path, cache_path: Path) -> None:
+    con = sqlite3.connect(r.dir / "local.sqlite")
+    cache = HashCache(cache_path)
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
+        con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
+        con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
+        snap = r.dir / "snapshots"
+        snap.mkdir(exist_ok=True)
+        for f in walk_agent(agent_root, cache, WalkStats(), snap):
+            if f.kind == "f" and f.source is not None:
+                con.execute("INSERT INTO c VALUES (?,?,?)", (f.sha256, str(f.source), f.rel))
+        con.commit()
+    finally:
+        cache.close()
+        con.close()

@@ -1,0 +1,196 @@
+"""Sending an agent: its manifest, files and collections, sealed to a receiver.
+
+The payload's records (docs/stream-format.md, "Payload: records of an agent"):
+HEAD, then FILES batches each followed by the DATA of the files in it that
+carry bytes, then COLLECTION batches, then SUMMARY.  A file whose content the
+receiver's inventory holds, or that this stream already carried, carries none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from lnk.agents.registry import Agent
+from lnk.agents.stores import open_agent_store
+from lnk.errors import StreamError
+from lnk.formats import manifest as M
+from lnk.formats.keys import PublicKey
+from lnk.formats.stream import RECORD_MAX, StreamWriter
+from lnk.transport.inventory import Inventory
+from lnk.transport.walk import HashCache, WalkedFile, WalkStats, walk_agent
+
+BATCH_DATA_BYTES = 8 << 20
+
+
+@dataclass
+class SendReport:
+    stream_id: str
+    phase: str
+    entries: int = 0
+    files: int = 0
+    file_bytes: int = 0  # the agent's file bytes, sent or not
+    data_bytes: int = 0  # file bytes carried in this stream
+    held_by_receiver: int = 0  # files whose bytes the receiver already had
+    collections: int = 0
+    collection_records: int = 0
+    wire_bytes: int = 0
+    hashed_bytes: int = 0
+    skipped_links: int = 0
+    skipped_special: int = 0
+    watermarks: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def collection_key(kind: str, name: str) -> str:
+    return f"{kind}/{name}"
+
+
+class _Sender:
+    def __init__(self, writer: StreamWriter, inventory: Inventory | None,
+                 report: SendReport, progress: Callable[[int], None] | None) -> None:
+        self.w = writer
+        self.inv = inventory or Inventory()
+        self.report = report
+        self.progress = progress or (lambda n: None)
+        self.batch: list[dict[str, Any]] = []
+        self.pending: list[WalkedFile] = []
+        self.pending_bytes = 0
+        self.sent: set[bytes] = set()
+
+    def add(self, f: WalkedFile) -> None:
+        r = self.report
+        r.entries += 1
+        if f.kind == "d":
+            self.batch.append(M.FileEntry(f.rel, "d", f.mode).to_json())
+        else:
+            r.files += 1
+            r.file_bytes += f.size
+            digest = bytes.fromhex(f.sha256)
+            data = f.size > 0 and f.group_first and digest not in self.sent
+            if data and digest in self.inv:
+                data = False
+                r.held_by_receiver += 1
+            if data:
+                self.sent.add(digest)
+                self.pending.append(f)
+                self.pending_bytes += f.size
+            self.batch.append(M.FileEntry(f.rel, "f", f.mode, f.size, f.sha256, f.group, data,
+                                          f.mtime_ns).to_json())
+        if len(self.batch) >= M.FILES_PER_RECORD or self.pending_bytes >= BATCH_DATA_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.batch:
+            return
+        self.w.write(M.FILES, M.dump(self.batch))
+        self.batch = []
+        buf = bytearray()
+        for f in self.pending:
+            assert f.source is not None
+            h = hashlib.sha256()
+            left = f.size
+            with open(f.source, "rb") as src:
+                while left > 0:
+                    room = RECORD_MAX - len(buf)
+                    chunk = src.read(min(room, left))
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    buf += chunk
+                    left -= len(chunk)
+                    if len(buf) >= RECORD_MAX:
+                        self._data(buf)
+                        buf = bytearray()
+            if left or h.hexdigest() != f.sha256:
+                raise StreamError(
+                    f"{f.rel} changed while it was being sent",
+                    hint="send again: only what the receiver does not hold yet goes")
+        if buf:
+            self._data(buf)
+        self.pending = []
+        self.pending_bytes = 0
+
+    def _data(self, buf: bytearray) -> None:
+        self.w.write(M.DATA, bytes(buf))
+        self.report.data_bytes += len(buf)
+        self.progress(len(buf))
+
+
+def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str = "full",
+               inventory: Inventory | None = None, since: dict[str, int] | None = None,
+               base_stream: str | None = None, level: int = 3, workers: int = 2,
+               progress: Callable[[int], None] | None = None) -> SendReport:
+    """Write the whole agent as one sealed stream to ``out``."""
+    if phase not in M.PHASES:
+        raise StreamError(f"unknown phase {phase!r}", hint="use full, bulk or final")
+    since = since or {}
+    s = agent.settings
+    folders = agent.folders
+    grants = folders.sandbox_toml.read_text() if folders.sandbox_toml.exists() else ""
+    head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, phase, base_stream)
+    writer = StreamWriter(out, recipient, {"kind": "lnk-move", "phase": phase},
+                          level=level, workers=workers)
+    report = SendReport(writer.stream_id.hex(), phase)
+    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-send-"))
+    cache = HashCache(agent.runtime / "hashes.sqlite")
+    stats = WalkStats()
+    try:
+        writer.write(M.HEAD, M.dump(head.to_json()))
+        sender = _Sender(writer, inventory, report, progress)
+        for f in walk_agent(folders.root, cache, stats, snap_dir):
+            sender.add(f)
+        sender.flush()
+        _send_collections(agent, writer, report, since)
+        report.hashed_bytes = stats.hashed_bytes
+        report.skipped_links = stats.skipped_links
+        report.skipped_special = stats.skipped_special
+        writer.write(M.SUMMARY, M.dump({
+            "entries": report.entries, "files": report.files, "data_bytes": report.data_bytes,
+            "collections": report.collections, "records": report.collection_records}))
+        summary = writer.close()
+        report.wire_bytes = summary.wire_bytes
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        cache.close()
+        shutil.rmtree(snap_dir, ignore_errors=True)
+    return report
+
+
+def _send_collections(agent: Agent, writer: StreamWriter, report: SendReport,
+                      since: dict[str, int]) -> None:
+    """Collections go as JSON lines, one export record a line, cut into records anywhere."""
+    s = agent.settings
+    store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
+    buf = bytearray()
+    try:
+        for cid in store.collections():
+            key = collection_key(cid.kind, cid.name)
+            start = since.get(key, 0) if cid.shape == "log" else 0
+            last = start
+            report.collections += 1
+            for rec in store.export(cid, start):
+                if rec.get("t") == "event":
+                    last = max(last, int(rec["n"]))
+                buf += json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
+                buf += b"\n"
+                report.collection_records += 1
+                while len(buf) >= RECORD_MAX:
+                    writer.write(M.COLLECTION, bytes(buf[:RECORD_MAX]))
+                    del buf[:RECORD_MAX]
+            if cid.shape == "log":
+                report.watermarks[key] = last
+        if buf:
+            writer.write(M.COLLECTION, bytes(buf))
+    finally:
+        store.close()

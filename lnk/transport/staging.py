@@ -1,0 +1,284 @@
+"""Staging a received stream: every entry checked, every byte verified, nothing applied.
+
+A ``Stage`` takes a stream's records in order and builds, inside the
+receiver's folder, the complete new state: ``work/agent/`` (the new Agent/
+folder, collections included), ``work/home/`` (what is added to Home/), and the
+settings and grants.  The destination is not touched; ``commit.py`` applies it.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from lnk.agents.stores import open_agent_store
+from lnk.collections import Store
+from lnk.errors import InvalidInput, StreamError, TransportError
+from lnk.formats import manifest as M
+from lnk.transport.receivers import Receiver
+
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+
+
+def disk_full(e: OSError) -> TransportError:
+    return TransportError(f"the destination's disk is full ({e.strerror})",
+                          hint="free some space there and try again; nothing was applied")
+
+
+class Stage:
+    """Receives one stream's payload into ``<receiver>/work``."""
+
+    def __init__(self, receiver: Receiver, store_driver: str | None) -> None:
+        self.r = receiver
+        self.work = receiver.dir / "work"
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir()
+        (self.work / "incoming").mkdir()
+        self.db = sqlite3.connect(self.work / "entries.sqlite", isolation_level=None)
+        self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute("CREATE TABLE e (i INTEGER PRIMARY KEY, path TEXT UNIQUE, fold TEXT UNIQUE,"
+                        " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT)")
+        self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT)")
+        self.db.execute("BEGIN")
+        self.head: M.Head | None = None
+        self.store_driver = store_driver
+        self.store: Store | None = None
+        self.entries = 0
+        self.files = 0
+        self.data_bytes = 0
+        self.pending: list[M.FileEntry] = []
+        self.unresolved: list[M.FileEntry] = []
+        self.cur: Any = None  # open file for the pending entry's bytes
+        self.cur_hash: Any = None
+        self.cur_left = 0
+        self.line = bytearray()
+        self.coll_file: Any = None
+        self.collections = 0
+        self.collection_records = 0
+        self.summary: dict[str, Any] | None = None
+
+    # ---- records --------------------------------------------------------
+    def take(self, rtype: int, body: bytes) -> None:
+        if self.summary is not None:
+            raise M.bad("a record follows the summary")
+        if self.head is None:
+            if rtype != M.HEAD:
+                raise M.bad(f"the stream starts with a {M.RECORD_NAMES.get(rtype, hex(rtype))} "
+                            "record, not the manifest")
+            self.head = M.Head.from_json(M.load_json(body, "manifest"))
+            return
+        try:
+            if rtype == M.DATA:
+                self._data(memoryview(body))
+                return
+            self._no_pending_data()
+            if rtype == M.FILES:
+                self._files(body)
+            elif rtype == M.COLLECTION:
+                self._collection_bytes(body)
+            elif rtype == M.SUMMARY:
+                self._end_collections()
+                self.summary = M.load_json(body, "summary")
+            elif rtype == M.HEAD:
+                raise M.bad("a second manifest in one stream")
+            else:
+                raise M.bad(f"unknown record type {rtype:#x}")
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise disk_full(e) from e
+            raise
+
+    # ---- files ----------------------------------------------------------
+    def _files(self, body: bytes) -> None:
+        batch = M.load_json(body, "file list")
+        if not isinstance(batch, list):
+            raise M.bad("a file list is not a list")
+        self._resolve_unresolved()
+        for raw in batch:
+            e = M.FileEntry.from_json(raw)
+            self.entries += 1
+            if self.entries > M.MAX_ENTRIES:
+                raise M.bad(f"the stream holds more than {M.MAX_ENTRIES} entries")
+            self._check_parent(e.path)
+            try:
+                self.db.execute("INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
+                                "VALUES (?,?,?,?,?,?,?,?)",
+                                (e.path, M.fold(e.path), e.kind, e.mode, e.size, e.sha256,
+                                 e.group, e.mtime_ns))
+            except sqlite3.IntegrityError:
+                raise M.bad(f"{e.path!r} appears twice, or differs from another path only by "
+                            "case or Unicode normalisation") from None
+            if e.kind == "d":
+                continue
+            self.files += 1
+            if e.group is not None:
+                row = self.db.execute("SELECT sha, size FROM g WHERE grp=?", (e.group,)).fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO g VALUES (?,?,?)", (e.group, e.sha256, e.size))
+                elif tuple(row) != (e.sha256, e.size):
+                    raise M.bad(f"{e.path!r} is a hard link to a file with other content")
+                elif e.data:
+                    raise M.bad(f"{e.path!r} carries bytes but is a link to an earlier file")
+            if e.data:
+                if e.size == 0:
+                    raise M.bad(f"{e.path!r} is empty yet says bytes follow")
+                self.pending.append(e)
+            else:
+                self.unresolved.append(e)
+
+    def _check_parent(self, path: str) -> None:
+        if path in M.FILE_ROOTS:
+            return
+        parent = path.rsplit("/", 1)[0]
+        row = self.db.execute("SELECT kind FROM e WHERE path=?", (parent,)).fetchone()
+        if row is None or row[0] != "d":
+            raise M.bad(f"{path!r} comes before its folder {parent!r}, or its folder is a file")
+
+    def _resolve_unresolved(self) -> None:
+        for e in self.unresolved:
+            if e.size == 0:
+                if e.sha256 != EMPTY_SHA:
+                    raise M.bad(f"{e.path!r} is empty but its SHA-256 is not that of nothing")
+                continue
+            if e.group is not None:
+                first = self.db.execute("SELECT MIN(i) FROM e WHERE grp=?", (e.group,)).fetchone()
+                mine = self.db.execute("SELECT i FROM e WHERE path=?", (e.path,)).fetchone()
+                if first[0] != mine[0]:
+                    continue  # a link to an earlier member of this stream
+            if self.r.local_path(e.sha256) is None:
+                raise M.bad(f"{e.path!r} carries no bytes and its content is held nowhere "
+                            "here (a link to something outside the stream?)")
+        self.unresolved = []
+
+    def _data(self, view: memoryview) -> None:
+        while len(view):
+            if self.cur is None:
+                if not self.pending:
+                    raise M.bad("file bytes arrived that no entry declared")
+                e = self.pending[0]
+                self.cur = open(self.work / "incoming" / "part", "wb")  # noqa: SIM115
+                self.cur_hash = hashlib.sha256()
+                self.cur_left = e.size
+            n = min(self.cur_left, len(view))
+            piece = view[:n]
+            self.cur.write(piece)
+            self.cur_hash.update(piece)
+            self.cur_left -= n
+            self.data_bytes += n
+            view = view[n:]
+            if self.cur_left == 0:
+                self._finish_file()
+
+    def _finish_file(self) -> None:
+        e = self.pending.pop(0)
+        self.cur.close()
+        self.cur = None
+        if self.cur_hash.hexdigest() != e.sha256:
+            raise M.bad(f"the bytes of {e.path!r} do not match its SHA-256")
+        os.replace(self.work / "incoming" / "part", self.r.objects / e.sha256)
+
+    def _no_pending_data(self) -> None:
+        if self.pending:
+            e = self.pending[0]
+            raise M.bad(f"the bytes of {e.path!r} ended early (declared {e.size} bytes)")
+
+    # ---- collections ----------------------------------------------------
+    def _collection_bytes(self, body: bytes) -> None:
+        self.line += body
+        while (nl := self.line.find(b"\n")) >= 0:
+            line = bytes(self.line[:nl])
+            del self.line[:nl + 1]
+            self._collection_record(M.load_json(line, "collection"))
+        if len(self.line) > M.MAX_COLLECTION_LINE:
+            raise M.bad("a collection record is larger than any collection holds")
+
+    def _collection_record(self, rec: Any) -> None:
+        if not isinstance(rec, dict):
+            raise M.bad("a collection record is not an object")
+        self.collection_records += 1
+        if rec.get("t") == "collection":
+            if self.coll_file is not None:
+                raise M.bad("a collection starts before the previous one ended")
+            self.collections += 1
+            if self.collections > M.MAX_COLLECTIONS:
+                raise M.bad(f"the stream holds more than {M.MAX_COLLECTIONS} collections")
+            self.coll_file = open(self.work / "collection.jsonl", "w+b")  # noqa: SIM115
+        if self.coll_file is None:
+            raise M.bad("a collection record outside a collection")
+        self.coll_file.write(json.dumps(rec, ensure_ascii=False).encode() + b"\n")
+        if rec.get("t") == "end":
+            self._import_collection()
+
+    def _import_collection(self) -> None:
+        f = self.coll_file
+        self.coll_file = None
+        f.seek(0)
+        try:
+            self._open_store().import_(_lines(f))
+        except InvalidInput as e:
+            raise M.bad(f"a collection is invalid: {e.message}") from e
+        finally:
+            f.close()
+
+    def _end_collections(self) -> None:
+        if self.line or self.coll_file is not None:
+            raise M.bad("the collections ended in the middle of a record")
+
+    def _open_store(self) -> Store:
+        if self.store is None:
+            assert self.head is not None
+            driver = self.store_driver or str(self.head.settings.get("store", "files"))
+            if driver not in ("files", "sqlite"):
+                raise M.bad(f"unknown store driver {driver!r}")
+            self.store_driver = driver
+            base = self.r.bulk / "agent" / "chats" if self.head.phase == "final" else None
+            chats = self.work / "agent" / "chats"
+            if base is not None and base.exists():
+                shutil.copytree(base, chats)  # the bulk's collections, then the final's since
+            self.store = open_agent_store(chats, driver)
+        return self.store
+
+    # ---- the end ----------------------------------------------------------
+    def finish(self) -> None:
+        """After the final record verified: check the summary, close what is open."""
+        if self.head is None:
+            raise M.bad("the stream carries no manifest")
+        if self.summary is None:
+            raise M.bad("the stream carries no summary")
+        self._resolve_unresolved()
+        want = {"entries": self.entries, "files": self.files, "data_bytes": self.data_bytes,
+                "collections": self.collections, "records": self.collection_records}
+        got = {k: self.summary.get(k) for k in want}
+        if got != want:
+            raise M.bad(f"the summary says {got} but the stream carried {want}")
+        self._open_store()  # an agent with no collections still gets its store
+        self.close()
+
+    def close(self) -> None:
+        if self.cur is not None:
+            self.cur.close()
+            self.cur = None
+        if self.coll_file is not None:
+            self.coll_file.close()
+            self.coll_file = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.db.in_transaction:
+            self.db.execute("COMMIT")
+
+    def iter_entries(self) -> Iterator[tuple[str, str, int, int, str, int | None, int]]:
+        for row in self.db.execute("SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i"):
+            yield row
+
+
+def _lines(f: Any) -> Iterator[dict[str, Any]]:
+    for line in f:
+        yield json.loads(line)

@@ -1,0 +1,201 @@
+"""Walking an agent's files for a stream: never following a link, hashing each file once.
+
+Only folders and regular files travel.  Symbolic links are never followed nor
+carried, and devices, fifos and sockets are skipped (both counted).  Files that
+share an inode are one hard-link group.  A SQLite database is read through
+SQLite's online backup API into a private snapshot, never copied live.
+
+SHA-256s are cached per path by (size, mtime, ctime, inode) in the agent's
+runtime folder, so a second send reads only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lnk.formats.manifest import FILE_ROOTS
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
+READ_CHUNK = 1 << 20
+
+
+@dataclass
+class WalkedFile:
+    rel: str  # path in the stream, e.g. "Home/notes.txt"
+    kind: str  # "f" or "d"
+    mode: int
+    size: int = 0
+    sha256: str = ""
+    mtime_ns: int = 0
+    group: int | None = None  # hard-link group number
+    group_first: bool = True  # the first entry of its group carries the bytes
+    source: Path | None = None  # where to read the bytes (a snapshot for SQLite)
+
+
+@dataclass
+class WalkStats:
+    files: int = 0
+    folders: int = 0
+    bytes: int = 0
+    skipped_links: int = 0
+    skipped_special: int = 0
+    hashed_bytes: int = 0
+    snapshots: list[Path] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(READ_CHUNK)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+class HashCache:
+    """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.db: sqlite3.Connection | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.db = sqlite3.connect(path, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=OFF")
+            self.db.execute("CREATE TABLE IF NOT EXISTS h (path TEXT PRIMARY KEY, size INT, "
+                            "mtime INT, ctime INT, ino INT, sha TEXT)")
+            self.db.execute("BEGIN")
+        self.pending = 0
+
+    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+        if self.db is None:
+            return None
+        row = self.db.execute("SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?",
+                              (rel,)).fetchone()
+        if row and tuple(row[:4]) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+            return str(row[4])
+        return None
+
+    def store(self, rel: str, st: os.stat_result, sha: str) -> None:
+        if self.db is None:
+            return
+        self.db.execute("INSERT OR REPLACE INTO h VALUES (?,?,?,?,?,?)",
+                        (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha))
+        self.pending += 1
+        if self.pending >= 5000:
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN")
+            self.pending = 0
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.execute("COMMIT")
+            self.db.close()
+            self.db = None
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def sqlite_snapshot(path: Path, into: Path) -> Path:
+    """A consistent copy of a live database, through SQLite's online backup API."""
+    dest = into / f"snap-{len(list(into.iterdir()))}.sqlite"
+    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(dest)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    return dest
+
+
+def walk_agent(agent_root: Path, cache: HashCache, stats: WalkStats,
+               snapshot_dir: Path | None = None) -> Iterator[WalkedFile]:
+    """Every folder and regular file under the agent's file roots, in a stable order."""
+    groups: dict[tuple[int, int], int] = {}
+    snap_dir = snapshot_dir or Path(tempfile.mkdtemp(prefix="lnk-snap-"))
+    for root in FILE_ROOTS:
+        top = agent_root / root
+        try:
+            st = os.lstat(top)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        yield from _walk_dir(top, root, cache, stats, groups, snap_dir)
+
+
+def _walk_dir(path: Path, rel: str, cache: HashCache, stats: WalkStats,
+              groups: dict[tuple[int, int], int], snap_dir: Path) -> Iterator[WalkedFile]:
+    st = os.lstat(path)
+    stats.folders += 1
+    yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
+    try:
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
+    names = {e.name for e in entries}
+    for e in entries:
+        erel = f"{rel}/{e.name}"
+        try:
+            est = e.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(est.st_mode):
+            stats.skipped_links += 1
+            continue
+        if stat.S_ISDIR(est.st_mode):
+            yield from _walk_dir(Path(e.path), erel, cache, stats, groups, snap_dir)
+            continue
+        if not stat.S_ISREG(est.st_mode):
+            stats.skipped_special += 1
+            continue
+        if any(e.name.endswith(s) and e.name[: -len(s)] in names for s in SQLITE_SIDECARS):
+            continue  # folded into the database's snapshot
+        yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir)
+
+
+def _file(path: Path, rel: str, st: os.stat_result, cache: HashCache, stats: WalkStats,
+          groups: dict[tuple[int, int], int], snap_dir: Path) -> WalkedFile:
+    stats.files += 1
+    mode = stat.S_IMODE(st.st_mode)
+    group, first = None, True
+    if st.st_nlink > 1:
+        key = (st.st_dev, st.st_ino)
+        if key in groups:
+            group, first = groups[key], False
+        else:
+            group = groups[key] = len(groups)
+    if st.st_size >= 16 and is_sqlite(path):
+        snap = sqlite_snapshot(path, snap_dir)
+        stats.snapshots.append(snap)
+        size = snap.stat().st_size
+        stats.hashed_bytes += size
+        stats.bytes += size
+        return WalkedFile(rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first,
+                          snap)
+    sha = cache.lookup(rel, st)
+    if sha is None:
+        sha = sha256_file(path)
+        stats.hashed_bytes += st.st_size
+        cache.store(rel, st, sha)
+    stats.bytes += st.st_size
+    return WalkedFile(rel, "f", mode, st.st_size, sha, st.st_mtime_ns, group, first, path)

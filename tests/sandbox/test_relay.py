@@ -1,0 +1,92 @@
+"""The TCP-to-unix-socket relay, byte for byte, one connection for one."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lnk.errors import PortsUnavailable
+from lnk.sandbox.relay import TcpToUnixRelay
+
+
+@pytest.fixture
+def echo_sock(tmp_path: Path) -> Iterator[tuple[Path, list[int]]]:
+    """A unix echo server that also counts its connections."""
+    path = tmp_path / "e.sock"
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(str(path))
+    ls.listen(8)
+    conns: list[int] = []
+
+    def serve(c: socket.socket) -> None:
+        with c:
+            while data := c.recv(65536):
+                c.sendall(data)
+
+    def accept() -> None:
+        while True:
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                return
+            conns.append(1)
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield path, conns
+    ls.shutdown(socket.SHUT_RDWR)
+    ls.close()
+
+
+def test_relay_carries_bytes_both_ways(echo_sock: tuple[Path, list[int]]) -> None:
+    path, conns = echo_sock
+    relay = TcpToUnixRelay(0, path)
+    relay.start()
+    try:
+        payload = os.urandom(3 << 20)
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as c:
+            def send() -> None:
+                c.sendall(payload)
+                c.shutdown(socket.SHUT_WR)
+
+            t = threading.Thread(target=send)
+            t.start()
+            h = hashlib.sha256()
+            got = 0
+            while data := c.recv(65536):
+                h.update(data)
+                got += len(data)
+            t.join()
+        assert got == len(payload) and h.digest() == hashlib.sha256(payload).digest()
+        assert len(conns) == 1
+    finally:
+        relay.stop()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+
+
+def test_relay_refuses_a_taken_port(tmp_path: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        with pytest.raises(PortsUnavailable):
+            TcpToUnixRelay(holder.getsockname()[1], tmp_path / "x.sock").start()
+    finally:
+        holder.close()
+
+
+def test_relay_closes_when_the_inside_is_gone(tmp_path: Path) -> None:
+    relay = TcpToUnixRelay(0, tmp_path / "nobody.sock")
+    relay.start()
+    try:
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as c:
+            assert c.recv(10) == b""
+    finally:
+        relay.stop()
