@@ -15,6 +15,7 @@ deadline, no fixed sleeps) and stopped by their own PID.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -152,6 +153,142 @@ class GcsEmulator:
 
     def stop(self) -> None:
         _stop(self.proc)
+
+
+class RadosGateway:
+    """Ceph radosgw on a one-node cluster (one mon, one memstore OSD, cephx
+    off), all under ``workdir`` and on free loopback ports.  About 12 s to
+    start: use it session-scoped.  Needs the Debian packages radosgw,
+    ceph-mon and ceph-osd."""
+
+    ACCESS_KEY = "LNKRGWADMINKEY000000"
+    SECRET_KEY = "lnk-rgw-admin-secret"
+
+    def __init__(self, workdir: str) -> None:
+        import uuid
+
+        self.dir = workdir
+        self.mon_port = free_port()
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.conf = os.path.join(workdir, "ceph.conf")
+        fsid = str(uuid.uuid4())
+        for sub in ("run", "log", "mon/ceph-a", "osd/ceph-0"):
+            os.makedirs(os.path.join(workdir, sub), exist_ok=True)
+        d = workdir
+        with open(self.conf, "w") as f:
+            f.write(f"""[global]
+fsid = {fsid}
+mon_host = v1:127.0.0.1:{self.mon_port}
+auth_cluster_required = none
+auth_service_required = none
+auth_client_required = none
+osd_pool_default_size = 1
+osd_pool_default_min_size = 1
+mon_allow_pool_size_one = true
+osd_pool_default_pg_num = 8
+osd_pool_default_pgp_num = 8
+mon_warn_on_pool_no_redundancy = false
+run_dir = {d}/run
+admin_socket = {d}/run/$cluster-$name.asok
+pid_file = {d}/run/$name.pid
+log_file = {d}/log/$name.log
+[mon]
+mon_data = {d}/mon/$cluster-$id
+[osd]
+osd_data = {d}/osd/$cluster-$id
+osd_objectstore = memstore
+[client.rgw]
+rgw_frontends = beast endpoint=127.0.0.1:{self.port}
+""")
+        c = ["-c", self.conf]
+        try:
+            monmap = os.path.join(d, "monmap")
+            _run(["monmaptool", "--create", "--add", "a", f"v1:127.0.0.1:{self.mon_port}",
+                  "--fsid", fsid, monmap])
+            _run(["ceph-mon", *c, "--mkfs", "-i", "a", "--monmap", monmap])
+            _run(["ceph-mon", *c, "-i", "a"])
+            osd_uuid = str(uuid.uuid4())
+            _run(["ceph", *c, "osd", "create", osd_uuid])
+            _run(["ceph-osd", *c, "-i", "0", "--mkfs", "--osd-uuid", osd_uuid])
+            # the mon may not have committed the new OSD's uuid yet ('wrong fsid'):
+            # retry within a bounded deadline
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    _run(["ceph-osd", *c, "-i", "0"])
+                    break
+                except RuntimeError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            _run(["radosgw", *c, "-n", "client.rgw"])
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with urllib.request.urlopen(self.endpoint, timeout=2):
+                        break
+                except urllib.error.HTTPError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("radosgw did not answer within 60 s") from None
+                    time.sleep(0.1)
+            _run(["radosgw-admin", *c, "user", "create", "--uid=admin", "--display-name=admin",
+                  f"--access-key={self.ACCESS_KEY}", f"--secret-key={self.SECRET_KEY}"])
+            _run(["radosgw-admin", *c, "caps", "add", "--uid=admin",
+                  "--caps=users=*;buckets=*;user-policy=*"])
+        except BaseException:
+            self.stop()
+            raise
+
+    def env(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", self.endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", self.ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", self.SECRET_KEY)
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+            monkeypatch.delenv(name, raising=False)
+
+    def client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.ACCESS_KEY,
+            aws_secret_access_key=self.SECRET_KEY, region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def stop(self) -> None:
+        """Stop rgw, then the OSD, then the mon, each by its PID file."""
+        for name in ("client.rgw", "osd.0", "mon.a"):
+            pidfile = os.path.join(self.dir, "run", f"{name}.pid")
+            try:
+                with open(pidfile) as f:
+                    pid = int(f.read().strip())
+            except (OSError, ValueError):
+                continue
+            try:
+                os.kill(pid, 15)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+
+
+def _run(cmd: list[str]) -> None:
+    res = subprocess.run(cmd, capture_output=True, timeout=120)
+    if res.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({res.returncode}): {res.stderr.decode()[-2000:]}")
 
 
 def _serve_gcs_emulator(port: int) -> None:

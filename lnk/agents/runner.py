@@ -36,12 +36,12 @@ from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
 from lnk.bridges.proof import new_key
-from lnk.errors import AgentNotRunning, LnkError, NotFound, Refused
+from lnk.errors import AgentNotRunning, LnkError, NotFound, PortsUnavailable, Refused
 from lnk.sandbox import bwrap
 from lnk.sandbox.relay import TcpToUnixRelay
 
 READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 70.0  # the harness lets a running turn end (up to 60 s)
 
 
 def iso_now() -> str:
@@ -146,6 +146,10 @@ class Runner:
             raise Refused(f"the agent {s.name} is set to run without a sandbox, and this "
                           "machine refuses that (unsandboxed = false in ~/.lnk/machine.toml)",
                           hint=f"turn its sandbox back on: lnk agent start {s.name} --sandbox")
+        if not 0 < s.endpoint_port < 65536:
+            raise PortsUnavailable(f"the agent {s.name} has no endpoint port in its settings",
+                                   hint="start it with lnk agent start, which gives it a "
+                                        "block of ports")
         self.runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.runtime, 0o700)
         (self.runtime / "exit.json").unlink(missing_ok=True)
@@ -194,11 +198,19 @@ class Runner:
         log(f"agent {self.agent.name} answers on 127.0.0.1:{port}")
 
     def stop_harness(self) -> None:
-        if self.relay is not None:
-            self.relay.stop()
         proc = self.proc
         if proc is None or proc.poll() is not None:
+            if self.relay is not None:
+                self.relay.stop()
             return
+        try:
+            self._stop_proc(proc)
+        finally:
+            # the relay goes last, so a turn ending during the stop still answers through it
+            if self.relay is not None:
+                self.relay.stop()
+
+    def _stop_proc(self, proc: subprocess.Popen[bytes]) -> None:
         # bwrap doesn't pass signals on: ask the harness inside to stop itself first
         inner = descendants(proc.pid) if self.sandboxed else []
         leaves = [p for p in inner if not descendants(p)]  # the harness, not bwrap's init

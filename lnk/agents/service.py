@@ -179,7 +179,7 @@ def _wait_answering(agent: Agent) -> dict[str, Any]:
     )
 
 
-def stop(agent: Agent, timeout: float = 10.0) -> bool:
+def stop(agent: Agent, timeout: float = 150.0) -> bool:
     """Stop the agent's runner; True if something was running."""
     if _manager() == "systemd" and _unit_path(agent).exists():
         subprocess.run(["systemctl", "--user", "stop", _unit_path(agent).name], check=False)

@@ -11,7 +11,7 @@ import click
 from lnk.agents import registry, service
 from lnk.agents.layout import Machine
 from lnk.cli.output import emit_json, out, say, table
-from lnk.errors import AgentNotRunning, UsageError
+from lnk.errors import LnkError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,7 +75,10 @@ def list_(as_json: bool) -> None:
 @json_option
 def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
     """Start the agent's harness in the background."""
-    a = registry.find(_machine(), agent_name)
+    m = _machine()
+    _finish_moves(m, agent_name)
+    a = registry.find(m, agent_name)
+    (a.runtime / "paused.json").unlink(missing_ok=True)
     for note in service.prepare_start(a, sandbox):
         say(note)
     st = service.start(a)
@@ -84,6 +87,29 @@ def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
     else:
         say(f"{a.name} is running at {st['endpoint']}"
             f"{'' if st['sandboxed'] else ' (no sandbox)'}")
+
+
+def _finish_moves(m: Machine, name: str | None) -> None:
+    """A start finishes the agent's unfinished moves first, and refuses one that moved away."""
+    from lnk.agents.moved import refuse_if_moved
+    from lnk.transport import journal
+    from lnk.transport.move import finish_all, where_is
+
+    if not journal.entries(m) and name is not None and not m.settings_file(name).exists():
+        refuse_if_moved(m, name)
+        return
+    try:
+        _, agent_id, _ = where_is(m, name)
+    except LnkError:
+        if name is not None:
+            refuse_if_moved(m, name)
+        raise
+    finish_all(m, say, agent_id)
+    if name is not None and not m.settings_file(name).exists():
+        refuse_if_moved(m, name)
+        _, _, place = where_is(m, name)
+        raise UsageError(f"{name} is on the box {place}, not here",
+                         hint=f"lnk box run {place} -- lnk agent start --agent {name}")
 
 
 @agent.command()
@@ -161,21 +187,19 @@ def chat() -> None:
 @chat.command()
 @agent_option
 @click.option("--thread", default="main", show_default=True, help="the conversation (link:NAME)")
+@click.option("--message-id", metavar="ID", default=None, hidden=True,
+              help="the message's ID: sending it again gets the same answer")
 @click.argument("text")
 @json_option
-def send(agent_name: str | None, thread: str, text: str, as_json: bool) -> None:
-    """Send TEXT to the agent and print its answer."""
-    from lnk.harness.client import send_message
+def send(agent_name: str | None, thread: str, message_id: str | None, text: str,
+         as_json: bool) -> None:
+    """Send TEXT to the agent and print its answer (held while the agent moves)."""
+    from lnk.transport.held import chat as chat_send
 
-    a = registry.find(_machine(), agent_name)
-    st = service.status(a, ask=False)
-    key = service.endpoint_key(a)
-    if st.get("pid") is None or key is None:
-        raise AgentNotRunning(f"{a.name} is not running",
-                              hint=f"start it: lnk agent start --agent {a.name}")
-    port = a.settings.endpoint_port
-    answer = send_message(port, key, f"link:{thread}", text, timeout=120.0)
+    m = _machine()
+    full = thread if thread.startswith("link:") else f"link:{thread}"
+    answer = chat_send(m, agent_name, full, text, message_id, say)
     if as_json:
-        emit_json({"agent": a.name, "thread": f"link:{thread}", "answer": answer})
+        emit_json({"agent": agent_name, "thread": full, "answer": answer})
     else:
         out(answer)

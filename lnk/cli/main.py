@@ -19,9 +19,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from lnk.cli import agent, state  # noqa: F401 - state adds its commands to agent
+    from lnk.cli import agent, move, state  # noqa: F401 - they add commands to agent
 
     cli.add_command(agent.agent)
+    from lnk.cli.box import version
+
+    cli.add_command(version)
     for modname, attr in (("lnk.cli.box", "box"), ("lnk.cli.bucket", "bucket"),
                           ("lnk.cli.backup_key", "backup")):
         try:

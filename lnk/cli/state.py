@@ -27,8 +27,8 @@ def _bulk_file(a: registry.Agent, key_text: str) -> Path:
 @agent_option
 @click.option("--to", "to", required=True, metavar="PUBLIC_KEY",
               help="the receiver's public key (from state-receive --prepare)")
-@click.option("--inventory", type=click.Path(dir_okay=False, path_type=Path),
-              help="what the receiver holds already (from state-receive --inventory)")
+@click.option("--inventory", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="what the receiver holds already (from state-receive --inventory; - for stdin)")
 @click.option("--phase", type=click.Choice(["full", "bulk", "final"]), default="full",
               show_default=True, help="bulk while the agent runs, final once it is paused")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
@@ -44,7 +44,10 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
                          hint="lnk agent state-send --to KEY > stream")
     a = registry.find(Machine.current(), agent_name)
     recipient = parse_public_key(to)
-    inv = Inventory.load(inventory) if inventory else None
+    if inventory is not None and str(inventory) == "-":
+        inv = Inventory.from_bytes(sys.stdin.buffer.read())
+    else:
+        inv = Inventory.load(inventory) if inventory else None
     since: dict[str, int] = {}
     base = None
     bulk_file = _bulk_file(a, to)
@@ -69,6 +72,8 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
 @click.option("--prepare", is_flag=True, help="make a one-time receiver and print its key")
 @click.option("--agent-id", metavar="ID", help="with --prepare: the agent expected, so what "
               "this machine holds of it is never sent again")
+@click.option("--name", "agent_name", metavar="NAME", help="with --prepare: the agent's name, "
+              "refused at once if another agent here has it")
 @click.option("--receiver", metavar="RECEIVER", help="the receiver --prepare made")
 @click.option("--inventory", "inventory", is_flag=True,
               help="write what the receiver holds already (binary) on stdout")
@@ -76,7 +81,8 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
 @click.option("--store", type=click.Choice(["files", "sqlite"]), default=None,
               help="keep the agent's collections with this driver here")
 @json_option
-def state_receive(prepare: bool, agent_id: str | None, receiver: str | None, inventory: bool,
+def state_receive(prepare: bool, agent_id: str | None, agent_name: str | None,
+                  receiver: str | None, inventory: bool,
                   abandon: bool, store: str | None, as_json: bool) -> None:
     """Prepare a receiver, or read a sealed stream on stdin and apply it."""
     from lnk.transport import receivers
@@ -84,9 +90,10 @@ def state_receive(prepare: bool, agent_id: str | None, receiver: str | None, inv
 
     m = Machine.current()
     if prepare:
+        has_agent = receivers.check_prepare(m, agent_id, agent_name)
         r = receivers.prepare(m, agent_id)
         info = {"receiver": r.rid, "public_key": r.key().public.text(),
-                "format": STREAM_FORMAT, "holds": len(r.inventory())}
+                "format": STREAM_FORMAT, "holds": len(r.inventory()), "has_agent": has_agent}
         if as_json:
             emit_json(info)
         else:

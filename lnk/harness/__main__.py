@@ -22,6 +22,9 @@ from lnk.errors import LnkError
 from lnk.harness.server import HarnessConfig, make_server, probe_connect, read_key_file
 
 
+TURN_GRACE_S = 60.0
+
+
 def serve(args: argparse.Namespace) -> int:
     config = HarnessConfig.load(Path(args.config))
     key = read_key_file(Path(args.key_file))
@@ -40,6 +43,10 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        # a stop lets the running turn end and answer before the process goes
+        if not server.lnk_conversations.wait_idle(TURN_GRACE_S):
+            print("lnk harness: a turn was still running at the stop; the next start "
+                  "finishes it", flush=True)
         server.server_close()
     return 0
 

@@ -116,9 +116,16 @@ def call(port: int, key: bytes, method: str, path: str, body: dict[str, Any] | N
     raise LnkError(text, hint=hint)
 
 
-def send_message(port: int, key: bytes, thread: str, text: str, timeout: float = 300.0) -> str:
-    """Send one message to the agent on its endpoint and return its answer's text."""
-    answer = call(port, key, "POST", "/_link/message", {"thread": thread, "text": text}, timeout)
+def send_message(port: int, key: bytes, thread: str, text: str, timeout: float = 300.0,
+                 message_id: str | None = None) -> str:
+    """Send one message to the agent on its endpoint and return its answer's text.
+
+    With ``message_id``, sending the same message again returns the same answer.
+    """
+    body: dict[str, Any] = {"thread": thread, "text": text}
+    if message_id is not None:
+        body["message_id"] = message_id
+    answer = call(port, key, "POST", "/_link/message", body, timeout)
     if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
         raise TransportError(f"the agent on port {port} sent an answer without text")
     return str(answer["text"])

@@ -186,9 +186,14 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(thread, str) or not isinstance(text, str):
             self._error(400, "thread and text must be strings")
             return
+        message_id = body.get("message_id")
+        if message_id is not None and (not isinstance(message_id, str) or not message_id
+                                       or len(message_id) > 100):
+            self._error(400, "message_id must be a short string")
+            return
         convs: Conversations = self.server.lnk_conversations
         try:
-            result = convs.handle(thread, text)
+            result = convs.handle(thread, text, message_id=message_id)
         except Busy as e:
             self._error(409, e.message, e.hint)
             return

@@ -62,6 +62,9 @@ def append_event(store: Store, cid: CollectionId, data: dict[str, Any]) -> int:
             return n
 
 
+DEDUP_WINDOW = 1000  # events searched for a repeated message ID
+
+
 class Busy(Refused):
     """Another process holds the conversation's turn and keeps renewing it."""
 
@@ -78,6 +81,13 @@ class Conversations:
         self.wait_s = wait_s if wait_s is not None else store.lapse_ms / 1000 + 5
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._active = 0
+        self._idle = threading.Condition()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no turn runs (a stop lets the running turn end); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout)
 
     def _lock(self, thread: str) -> threading.Lock:
         with self._locks_guard:
@@ -114,18 +124,50 @@ class Conversations:
             renewer.join()
             self.store.release_lease(cid, self.holder)
 
-    def handle(self, thread: str, text: str, sender: str = "owner") -> dict[str, Any]:
-        """Take one message in and answer it: ``{"text", "thread", "message", "number"}``."""
+    def handle(self, thread: str, text: str, sender: str = "owner",
+               message_id: str | None = None) -> dict[str, Any]:
+        """Take one message in and answer it: ``{"text", "thread", "message", "number"}``.
+
+        A message whose ID was answered already gets that answer again, with no new
+        turn: a message handed over twice (a move's held message) is answered once.
+        """
         cid = CollectionId("events", thread)
-        with self._lock(thread), self.turn(cid) as took_over:
-            if took_over:
-                self.finish_crashed_turn(cid)
-            msg_n = append_event(store=self.store, cid=cid, data={
-                "type": "message", "from": sender, "text": text, "at": iso_now()})
-            answer = self._answer(cid, text, msg_n)
-            ans_n = append_event(self.store, cid, {
-                "type": "answer", "text": answer, "reply_to": msg_n, "at": iso_now()})
-        return {"thread": thread, "text": answer, "message": msg_n, "number": ans_n}
+        with self._idle:
+            self._active += 1
+        try:
+            with self._lock(thread), self.turn(cid) as took_over:
+                if took_over:
+                    self.finish_crashed_turn(cid)
+                if message_id is not None:
+                    prior = self._answered(cid, message_id)
+                    if prior is not None:
+                        return prior
+                data: dict[str, Any] = {"type": "message", "from": sender, "text": text,
+                                        "at": iso_now()}
+                if message_id is not None:
+                    data["id"] = message_id
+                msg_n = append_event(store=self.store, cid=cid, data=data)
+                answer = self._answer(cid, text, msg_n)
+                ans_n = append_event(self.store, cid, {
+                    "type": "answer", "text": answer, "reply_to": msg_n, "at": iso_now()})
+            return {"thread": thread, "text": answer, "message": msg_n, "number": ans_n}
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def _answered(self, cid: CollectionId, message_id: str) -> dict[str, Any] | None:
+        """The answer to the message with this ID, among the recent events."""
+        last = self.store.last_number(cid)
+        msg_n = None
+        for ev in self.store.iter_events(cid, max(1, last - DEDUP_WINDOW), last + 1):
+            if ev.data.get("type") == "message" and ev.data.get("id") == message_id:
+                msg_n = ev.number
+            elif msg_n is not None and ev.data.get("type") == "answer" \
+                    and ev.data.get("reply_to") == msg_n:
+                return {"thread": cid.name, "text": ev.data.get("text", ""), "message": msg_n,
+                        "number": ev.number, "repeated": True}
+        return None
 
     def _answer(self, cid: CollectionId, text: str, msg_n: int) -> str:
         first = max(1, msg_n - HISTORY_TURNS)

@@ -163,6 +163,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
         try:
             if _dest_kind(d, dest) is None:
                 d.mkdir()
+                os.chmod(d, stat.S_IMODE(os.stat(dirpath).st_mode))  # the folder's mode travels
         except (Conflict, OSError):
             skipped.append(str(rel))
             dirnames[:] = []
@@ -180,7 +181,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
 
 def finish_pending(machine: Machine) -> list[str]:
     """Finish applies a crash left decided; returns the agents they were for."""
-    done = []
+    done: list[str] = []
     root = machine.receivers_dir
     if not root.is_dir():
         return done

@@ -258,14 +258,10 @@ class LocalLeg(Leg):
         return ["/bin/sh", "-c", script]
 
     def env(self) -> dict[str, str]:
+        self.home.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["HOME"] = str(self.home)
         return env
-
-    def _run(self, argv: list[str], args: list[str], stdin: Stdin, capture: bool,
-             check: bool) -> LegResult:
-        self.home.mkdir(parents=True, exist_ok=True)
-        return super()._run(argv, args, stdin, capture, check)
 
 
 def ssh_command() -> list[str]:

@@ -7,9 +7,12 @@ has verified and the summary matches.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import os
 import shutil
+import sqlite3
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
@@ -74,10 +77,10 @@ def check_destination(machine: Machine, head: M.Head) -> Agent | None:
 
 def _settings_here(head: M.Head, existing: Agent | None, machine: Machine,
                    store: str) -> Settings:
-    data, _ = migrate(dict(head.settings))
-    data["id"], data["name"], data["owner"] = head.agent_id, head.name, head.owner
-    data["store"] = store
     try:
+        data, _ = migrate(dict(head.settings))
+        data["id"], data["name"], data["owner"] = head.agent_id, head.name, head.owner
+        data["store"] = store
         s = Settings.from_toml(data, "the stream's settings")
     except LnkError as e:
         raise M.bad(e.message) from e
@@ -120,16 +123,27 @@ def receive(machine: Machine, rid: str, inp: BinaryIO, *, store: str | None = No
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise disk_full(e) from e
         raise
+    except sqlite3.OperationalError as e:  # SQLite says "database or disk is full"
+        if "full" in str(e):
+            raise disk_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) from e
+        raise
     except commit.Conflict as e:
         raise Refused(f"the stream's files clash with what is here: {e}",
                       hint="move the thing in the way aside, then send again") from e
     finally:
-        stage.close()
+        # never hide the error already on its way (a full disk fails the close too)
+        with contextlib.suppress(OSError, sqlite3.Error):
+            stage.close()
+        stage.db.close()
         if not (r.dir / commit.JOURNAL).exists():
             shutil.rmtree(stage.work, ignore_errors=True)
 
 
 def _check_phase(r: Any, head: M.Head) -> None:
+    expected = r.info().get("agent_id")
+    if expected and expected != head.agent_id:  # its inventory indexes another agent's files
+        raise M.bad(f"this receiver was prepared for the agent {expected}, the stream carries "
+                    f"{head.agent_id}")
     if head.phase != "final":
         return
     held = r.info().get("bulk_stream")

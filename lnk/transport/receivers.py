@@ -114,6 +114,20 @@ def open_receiver(machine: Machine, rid: str) -> Receiver:
     return r
 
 
+def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> bool:
+    """Refuse at once a receive that would clash; True if the agent lives here already."""
+    from lnk.agents.registry import find
+
+    existing = find_by_id(machine, agent_id) if agent_id else None
+    if name is not None and existing is None and machine.settings_file(name).exists():
+        other = find(machine, name)
+        from lnk.errors import AlreadyExists
+
+        raise AlreadyExists(f"another agent named {name!r} ({other.id}) already lives here",
+                            hint=f"remove or rename it there first (lnk agent remove {name})")
+    return existing is not None
+
+
 def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
     """A fresh receiver: a one-time key pair, and an index of what is held here already."""
     rid = RECEIVER_PREFIX + secrets.token_hex(8)

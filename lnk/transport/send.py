@@ -93,34 +93,36 @@ class _Sender:
             return
         self.w.write(M.FILES, M.dump(self.batch))
         self.batch = []
-        buf = bytearray()
+        # one reused buffer, filled by readinto: no allocation and one copy fewer a MiB
+        buf = bytearray(RECORD_MAX)
+        view = memoryview(buf)
+        fill = 0
         for f in self.pending:
             assert f.source is not None
             h = hashlib.sha256()
             left = f.size
-            with open(f.source, "rb") as src:
+            with open(f.source, "rb", buffering=0) as src:
                 while left > 0:
-                    room = RECORD_MAX - len(buf)
-                    chunk = src.read(min(room, left))
-                    if not chunk:
+                    n = src.readinto(view[fill:fill + min(RECORD_MAX - fill, left)])
+                    if not n:
                         break
-                    h.update(chunk)
-                    buf += chunk
-                    left -= len(chunk)
-                    if len(buf) >= RECORD_MAX:
-                        self._data(buf)
-                        buf = bytearray()
+                    h.update(view[fill:fill + n])
+                    fill += n
+                    left -= n
+                    if fill == RECORD_MAX:
+                        self._data(view)
+                        fill = 0
             if left or h.hexdigest() != f.sha256:
                 raise StreamError(
                     f"{f.rel} changed while it was being sent",
                     hint="send again: only what the receiver does not hold yet goes")
-        if buf:
-            self._data(buf)
+        if fill:
+            self._data(view[:fill])
         self.pending = []
         self.pending_bytes = 0
 
-    def _data(self, buf: bytearray) -> None:
-        self.w.write(M.DATA, bytes(buf))
+    def _data(self, buf: memoryview) -> None:
+        self.w.write(M.DATA, buf)  # the writer takes its own copy
         self.report.data_bytes += len(buf)
         self.progress(len(buf))
 

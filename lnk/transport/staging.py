@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lnk.agents.stores import open_agent_store
-from lnk.collections import Store
+from lnk.agents.stores import open_agent_store, store_path
+from lnk.collections import FileStore, Store
 from lnk.errors import InvalidInput, StreamError, TransportError
 from lnk.formats import manifest as M
 from lnk.transport.receivers import Receiver
@@ -195,11 +195,11 @@ class Stage:
         while (nl := self.line.find(b"\n")) >= 0:
             line = bytes(self.line[:nl])
             del self.line[:nl + 1]
-            self._collection_record(M.load_json(line, "collection"))
+            self._collection_record(M.load_json(line, "collection"), line)
         if len(self.line) > M.MAX_COLLECTION_LINE:
             raise M.bad("a collection record is larger than any collection holds")
 
-    def _collection_record(self, rec: Any) -> None:
+    def _collection_record(self, rec: Any, line: bytes) -> None:
         if not isinstance(rec, dict):
             raise M.bad("a collection record is not an object")
         self.collection_records += 1
@@ -212,7 +212,7 @@ class Stage:
             self.coll_file = open(self.work / "collection.jsonl", "w+b")  # noqa: SIM115
         if self.coll_file is None:
             raise M.bad("a collection record outside a collection")
-        self.coll_file.write(json.dumps(rec, ensure_ascii=False).encode() + b"\n")
+        self.coll_file.write(line + b"\n")  # as it came: it parsed, it parses again
         if rec.get("t") == "end":
             self._import_collection()
 
@@ -241,8 +241,18 @@ class Stage:
             base = self.r.bulk / "agent" / "chats" if self.head.phase == "final" else None
             chats = self.work / "agent" / "chats"
             if base is not None and base.exists():
-                shutil.copytree(base, chats)  # the bulk's collections, then the final's since
-            self.store = open_agent_store(chats, driver)
+                # the bulk's collections, then the final's since: moved, not copied, so the
+                # pause costs what changed, not the history; a failed final spends the bulk
+                chats.parent.mkdir(parents=True, exist_ok=True)
+                self.r.set_info(bulk_stream=None)
+                os.rename(base, chats)
+            if driver == "files":
+                # staged, not live: no fsync per event (nothing else staged is fsynced
+                # one by one either; commit.decide's journal is the point of no return)
+                chats.mkdir(parents=True, exist_ok=True)
+                self.store = FileStore(store_path(chats, driver), fsync=False)
+            else:
+                self.store = open_agent_store(chats, driver)
         return self.store
 
     # ---- the end ----------------------------------------------------------

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import GcsEmulator, MotoServer
+from servers import GcsEmulator, MotoServer, RadosGateway
 
 from lnk.transport.buckets import Bucket, open_bucket
 
-BACKENDS = ["local", "s3", "gcs"]
+BACKENDS = ["local", "s3", "gcs", "rgw"]
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +29,13 @@ def gcs_emulator() -> Iterator[GcsEmulator]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def radosgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadosGateway]:
+    server = RadosGateway(str(tmp_path_factory.mktemp("ceph")))
+    yield server
+    server.stop()
+
+
 def new_bucket_name() -> str:
     return f"lnk-test-{secrets.token_hex(6)}"
 
@@ -38,6 +45,14 @@ def s3_url(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> str:
     moto.env(monkeypatch)
     name = new_bucket_name()
     moto.client().create_bucket(Bucket=name)
+    return f"s3://{name}/some/prefix"
+
+
+@pytest.fixture
+def rgw_url(radosgw: RadosGateway, monkeypatch: pytest.MonkeyPatch) -> str:
+    radosgw.env(monkeypatch)
+    name = new_bucket_name()
+    radosgw.client().create_bucket(Bucket=name)
     return f"s3://{name}/some/prefix"
 
 

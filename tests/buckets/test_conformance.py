@@ -1,4 +1,5 @@
-"""One conformance suite, unchanged for every backend (local, moto S3, GCS emulator)."""
+"""One conformance suite, unchanged for every backend: a local folder, moto S3,
+the GCS emulator and Ceph radosgw (S3 on a one-node memstore cluster)."""
 
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def test_describe_names_the_url(any_bucket: Bucket) -> None:
     assert any_bucket.describe() in repr(any_bucket)
 
 
-@pytest.mark.parametrize("backend", ["local", "s3", "gcs"])
+@pytest.mark.parametrize("backend", ["local", "s3", "gcs", "rgw"])
 def test_missing_bucket_is_not_found(backend: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue(f"{backend}_url")
     scheme, rest = url.split("://", 1)

@@ -1,0 +1,315 @@
+"""``lnk agent move``: two phases, a journal, and exactly one copy answering.
+
+    1. the destination prepares a receiver and says what it holds already
+    2. bulk: the agent's files and collections go while it keeps answering
+    3. pause: the agent stops where it is (its turn ends, messages wait);
+       only what changed since the bulk goes, and the destination applies it
+    4. the destination starts the agent; the move is done when it answers
+       there with its ID
+    5. the copy left behind: settings, state and keys deleted, files kept aside
+
+From the pause until the agent answers where it went, a signal doesn't end lnk
+midway: what runs ends, and the move fails as any failure does (the agent
+resumes where it was, the destination's copy is removed).  A move that can't
+be ended at once stays in the journal, finished by the next move or start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from lnk import STREAM_FORMAT
+from lnk.agents import registry
+from lnk.agents.layout import Machine
+from lnk.errors import FormatMismatch, Interrupted, LnkError, NotFound, TransportError, UsageError
+from lnk.transport import journal
+from lnk.transport.faults import fault
+from lnk.transport.journal import Entry
+from lnk.transport.legs import Leg, LegProcess, LocalLeg
+
+HERE = "here"
+Say = Callable[[str], None]
+
+
+def place_leg(machine: Machine, place: str) -> Leg:
+    if place == HERE:
+        return LocalLeg(machine.home, name="this computer")
+    from lnk.transport import boxes
+
+    return boxes.get(place).leg()
+
+
+def where_is(machine: Machine, name: str | None) -> tuple[str, str, str]:
+    """(name, id, place) of the agent, here or on the box it was moved to."""
+    locs = journal.locations(machine)
+    if name is None:
+        known = set(registry.names(machine)) | set(locs)
+        if len(known) != 1:
+            raise UsageError("say which agent to move" if known else "there is no agent to move",
+                             hint="add --agent NAME" if known else "lnk agent create NAME")
+        name = known.pop()
+    if machine.settings_file(name).exists():
+        a = registry.find(machine, name)
+        return name, a.id, HERE
+    if name in locs:
+        return name, locs[name]["id"], locs[name]["place"]
+    raise NotFound(f"no agent named {name!r} here or on a box it was moved to",
+                   hint="lnk agent list shows the agents here")
+
+
+# ---- signals: from the pause on, a signal fails the move instead of ending lnk ----
+class _Guard:
+    def __init__(self) -> None:
+        self.children: set[LegProcess] = set()
+        self.signal: int | None = None
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.signal = signum
+        for c in list(self.children):
+            with contextlib.suppress(OSError):
+                c.kill()
+
+    def check(self) -> None:
+        if self.signal is not None:
+            raise Interrupted(f"stopped by {signal.Signals(self.signal).name} during the move",
+                              signum=self.signal)
+
+
+_guard = _Guard()
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[_Guard]:
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, _guard.handler) for s in sigs}
+    try:
+        yield _guard
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _run_json(leg: Leg, args: list[str]) -> Any:
+    out = leg.run(args).stdout
+    return json.loads(out) if out.strip() else None
+
+
+def _stream(src: Leg, src_args: list[str], stdin_bytes: bytes, dst: Leg,
+            dst_args: list[str]) -> Any:
+    """src's stdout straight into dst's stdin (fd to fd); returns dst's JSON answer."""
+    with tempfile.TemporaryFile() as inv:
+        inv.write(stdin_bytes)
+        inv.seek(0)
+        a = src.popen(src_args, stdin=inv)
+        try:
+            assert a.stdout is not None
+            b = dst.popen(dst_args, stdin=a.stdout)
+        except BaseException:
+            a.close()
+            raise
+        a.stdout.close()
+        _guard.children |= {a, b}
+        try:
+            with a, b:
+                assert b.stdout is not None
+                answer = b.stdout.read()
+                code_b, code_a = b.wait(check=False), a.wait(check=False)
+                _guard.check()
+                dst.check(code_b, b.stderr_text())
+                src.check(code_a, a.stderr_text())
+        finally:
+            _guard.children -= {a, b}
+    return json.loads(answer) if answer.strip() else None
+
+
+def _inventory(dst: Leg, receiver: str) -> bytes:
+    return dst.run(["agent", "state-receive", "--inventory", "--receiver", receiver]).stdout
+
+
+def _check_format(leg: Leg) -> None:
+    info = _run_json(leg, ["version", "--json"]) or {}
+    fmt = info.get("stream_format")
+    if fmt != STREAM_FORMAT:
+        raise FormatMismatch(
+            f"{leg.name} speaks stream format {fmt}; this lnk speaks {STREAM_FORMAT}",
+            hint=f"upgrade lnk there: lnk box add (it installs this one), then move again")
+
+
+def move(machine: Machine, name: str | None, to: str, *, no_start: bool = False,
+         say: Say = lambda s: None) -> dict[str, Any]:
+    finish_all(machine, say)
+    name, agent_id, src_place = where_is(machine, name)
+    if src_place == to:
+        raise UsageError(f"{name} is already {'here' if to == HERE else 'on ' + to}",
+                         hint="name another place with --to BOX, or --here")
+    for e in journal.entries(machine, agent_id):
+        raise TransportError(f"an earlier move of {name} ({e.move}) is still unfinished: "
+                             f"{e.failed or e.phase}", hint="make sure both boxes answer, then "
+                             "run lnk agent move again")
+    src, dst = place_leg(machine, src_place), place_leg(machine, to)
+    _check_format(src)
+    _check_format(dst)
+    st = _run_json(src, ["agent", "status", "--agent", name, "--json"]) or {}
+    if st.get("id") != agent_id:
+        raise NotFound(f"{name} is not on {src.name} as this computer remembers",
+                       hint="lnk box run that box -- lnk agent list")
+    e = journal.new_entry(machine, agent=name, agent_id=agent_id, src=src_place, dst=to,
+                          no_start=no_start, was_running=bool(st.get("running")))
+    try:
+        prep = _run_json(dst, ["agent", "state-receive", "--prepare", "--agent-id", agent_id,
+                               "--name", name, "--json"])
+        e.set(phase="prepared", receiver=prep["receiver"], dst_had_agent=bool(prep.get("has_agent")))
+        fault("move:after-prepare")
+        say(f"sending {name} from {src.name} to {dst.name} while it answers")
+        bulk = _stream(src, ["agent", "state-send", "--agent", name, "--to", prep["public_key"],
+                             "--phase", "bulk", "--inventory", "-"],
+                       _inventory(dst, prep["receiver"]),
+                       dst, ["agent", "state-receive", "--receiver", prep["receiver"], "--json"])
+        e.set(phase="bulk-sent")
+        fault("move:after-bulk")
+    except BaseException as err:
+        _abandon(dst, e)
+        e.remove()
+        raise _as_lnk(err) from err
+    with deferred_signals() as guard:
+        try:
+            return _switch(machine, e, src, dst, prep, bulk, say, guard)
+        except BaseException as err:
+            e.set(failed=str(err) or type(err).__name__)
+            say(f"the move failed ({err}); {name} resumes on {src.name}")
+            _undo(machine, e, say)
+            raise _as_lnk(err) from err
+
+
+def _as_lnk(err: BaseException) -> BaseException:
+    if isinstance(err, LnkError):
+        return err
+    if isinstance(err, KeyboardInterrupt):
+        return Interrupted("interrupted during the move", signum=signal.SIGINT)
+    return TransportError(f"the move failed: {err}", hint="see lnk agent status on both ends")
+
+
+def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any],
+            bulk: Any, say: Say, guard: _Guard) -> dict[str, Any]:
+    name = e.agent
+    src.run(["agent", "pause", "--agent", name, "--move", e.move])
+    e.set(phase="paused")
+    fault("move:after-pause")
+    guard.check()
+    final = _stream(src, ["agent", "state-send", "--agent", name, "--to", prep["public_key"],
+                          "--phase", "final", "--inventory", "-"],
+                    _inventory(dst, prep["receiver"]),
+                    dst, ["agent", "state-receive", "--receiver", prep["receiver"], "--json"])
+    e.set(phase="committed")
+    fault("move:after-commit")
+    guard.check()
+    status = _finish_forward(machine, e, say)
+    return {"agent": name, "id": e.agent_id, "from": e.src, "to": e.dst, "bulk": bulk,
+            "final": final, "status": status, "started": not e.no_start}
+
+
+def _finish_forward(machine: Machine, e: Entry, say: Say) -> dict[str, Any] | None:
+    src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
+    status = None
+    if not e.no_start:
+        dst.run(["agent", "start", "--agent", e.agent])
+        status = _run_json(dst, ["agent", "status", "--agent", e.agent, "--json"]) or {}
+        if not status.get("running") or status.get("id") != e.agent_id:
+            raise TransportError(f"{e.agent} does not answer on {dst.name} after the move",
+                                 hint=f"see lnk box run {e.dst} -- lnk agent logs")
+    elif not _holds(dst, e):
+        raise TransportError(f"{e.agent} is not on {dst.name} after the move",
+                             hint="the copy where it was stays; move it again")
+    e.set(phase="answering")
+    fault("move:after-start")
+    src.run(["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id,
+             "--to", dst.name])
+    e.set(phase="cleaned")
+    journal.set_location(machine, e.agent, e.agent_id, e.dst)
+    e.remove()
+    say(f"{e.agent} moved to {dst.name}" + ("" if e.no_start else " and answers there"))
+    return status
+
+
+def _holds(leg: Leg, e: Entry) -> bool:
+    """Whether the agent (by ID) lives at this place, as its own lnk says."""
+    r = leg.run(["agent", "status", "--agent", e.agent, "--json"], check=False)
+    if r.returncode != 0:
+        if r.returncode == 255 or b"cannot reach" in r.stderr:
+            raise TransportError(f"{leg.name} does not answer",
+                                 hint="the move stays in the journal until it does")
+        return False
+    try:
+        return bool(json.loads(r.stdout).get("id") == e.agent_id)
+    except ValueError:
+        return False
+
+
+def _abandon(dst: Leg, e: Entry) -> None:
+    if e.receiver:
+        with contextlib.suppress(LnkError):
+            dst.run(["agent", "state-receive", "--abandon", "--receiver", e.receiver])
+
+
+def _undo(machine: Machine, e: Entry, say: Say) -> None:
+    """Put the agent back where it was; keep the entry if a box doesn't answer."""
+    src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
+    try:
+        if e.at_least("committed"):
+            if not _holds(src, e):
+                # the copy where it was is gone already: the only way left is forward
+                say(f"{e.agent} is no longer on {src.name}; finishing the move instead")
+                e.set(failed=None)
+                _finish_forward(machine, e, say)
+                return
+            if not e.dst_had_agent:
+                dst.run(["agent", "stop", "--agent", e.agent], check=False)
+                dst.run(["agent", "remove", e.agent, "--yes", "--files", "delete"],
+                        check=False)
+        _abandon(dst, e)
+        if e.was_running:
+            src.run(["agent", "start", "--agent", e.agent])
+        else:
+            src.run(["agent", "resume", "--agent", e.agent])
+    except LnkError as err:
+        say(f"could not finish undoing the move yet ({err}); it stays in the journal and "
+            "the next lnk agent move or start of it finishes it")
+        return
+    e.remove()
+
+
+def finish(machine: Machine, e: Entry, say: Say) -> bool:
+    """Finish one journal entry: forward if the destination holds the agent, else back."""
+    try:
+        if e.failed:
+            _undo(machine, e, say)
+        elif e.at_least("committed"):
+            _finish_forward(machine, e, say)
+        elif e.at_least("paused"):
+            dst = place_leg(machine, e.dst)
+            st = dst.run(["agent", "status", "--agent", e.agent, "--json"], check=False)
+            has = st.returncode == 0 and json.loads(st.stdout or b"{}").get("id") == e.agent_id
+            if has and not e.dst_had_agent:
+                e.set(phase="committed")
+                _finish_forward(machine, e, say)
+            else:
+                e.set(failed="the move was stopped midway")
+                _undo(machine, e, say)
+        else:
+            _abandon(place_leg(machine, e.dst), e)
+            e.remove()
+    except LnkError as err:
+        say(f"the unfinished move {e.move} of {e.agent} could not be finished yet: {err}")
+        return False
+    return not (e.path and e.path.exists())
+
+
+def finish_all(machine: Machine, say: Say, agent_id: str | None = None) -> None:
+    for e in journal.unfinished(machine, agent_id):
+        say(f"finishing the earlier move {e.move} of {e.agent}")
+        finish(machine, e, say)

@@ -1,0 +1,198 @@
+"""The commit: decided once everything verified, then rolled forward, never back."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transport_helpers import (
+    agent_files,
+    collections_of,
+    fill_collections,
+    load_agent,
+    machine_tree,
+    make_agent,
+    move,
+    prepare,
+    receive_bytes,
+    sample_agent,
+    send_bytes,
+    write,
+)
+
+from lnk.agents.layout import Machine
+from lnk.errors import TransportError
+from lnk.transport import commit, staging
+
+
+class Crash(Exception):
+    pass
+
+
+def _expected(a: Any) -> dict[str, Any]:
+    want = agent_files(a.folders.root)
+    want.pop("Home/passwd", None)
+    return want
+
+
+def _complete(a: Any, dst: Machine) -> None:
+    b = load_agent(dst)
+    assert agent_files(b.folders.root) == _expected(a)
+    assert collections_of(b) == collections_of(a)
+    assert not any((dst.receivers_dir).iterdir())
+
+
+def test_crash_right_after_decide_rolls_forward(src: Machine, dst: Machine,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    a = sample_agent(src)
+    r = prepare(dst)
+    data, _ = send_bytes(a, r)
+
+    def crash(_r: Any) -> dict[str, Any]:
+        raise Crash
+
+    monkeypatch.setattr(commit, "apply", crash)
+    with pytest.raises(Crash):
+        receive_bytes(dst, r, data)
+    assert (r.dir / commit.JOURNAL).exists()
+    assert not dst.settings_file("work").exists()
+    monkeypatch.undo()
+    assert commit.finish_pending(dst) == ["work"]
+    _complete(a, dst)
+    assert commit.finish_pending(dst) == []
+
+
+def test_the_next_receive_finishes_a_decided_commit(src: Machine, dst: Machine,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    a = sample_agent(src)
+    r = prepare(dst)
+    data, _ = send_bytes(a, r)
+    monkeypatch.setattr(commit, "apply", lambda _r: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        receive_bytes(dst, r, data)
+    monkeypatch.undo()
+    other = make_agent(src, "other")
+    _, rrep = move(other, dst)
+    assert rrep.committed
+    _complete(a, dst)
+    assert load_agent(dst, "other").id == other.id
+
+
+def test_crash_after_the_agent_state_moved_rolls_forward(src: Machine, dst: Machine,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    a = sample_agent(src)
+    move(a, dst)
+    write(load_agent(dst).folders.agent / "memory" / "stale.md", b"stale")
+    write(a.folders.home / "docs" / "new.txt", b"new")
+    fill_collections(a, events=2)
+    r = prepare(dst, a.id)
+    data, _ = send_bytes(a, r, inventory=r.inventory())
+
+    def crash(src_dir: Path, dest: Path) -> list[str]:
+        raise Crash
+
+    monkeypatch.setattr(commit, "_merge_home", crash)
+    with pytest.raises(Crash):
+        receive_bytes(dst, r, data)
+    b = load_agent(dst)
+    assert not (b.folders.agent / "memory" / "stale.md").exists()  # Agent/ already swapped
+    assert not (b.folders.home / "docs" / "new.txt").exists()  # Home/ not merged yet
+    monkeypatch.undo()
+    commit.finish_pending(dst)
+    _complete(a, dst)
+
+
+def test_crash_between_the_two_renames_rolls_forward(src: Machine, dst: Machine,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    a = sample_agent(src)
+    move(a, dst)
+    write(a.folders.agent / "memory" / "more.md", b"more")
+    r = prepare(dst, a.id)
+    data, _ = send_bytes(a, r, inventory=r.inventory())
+    real_rename = os.rename
+    calls: list[str] = []
+
+    def rename(x: Any, y: Any) -> None:
+        calls.append(str(y))
+        if len(calls) == 2:
+            raise Crash
+        real_rename(x, y)
+
+    monkeypatch.setattr(commit.os, "rename", rename)
+    with pytest.raises(Crash):
+        receive_bytes(dst, r, data)
+    monkeypatch.undo()
+    assert not (dst.folders("work").agent).exists()  # the old state aside, the new not in place
+    commit.finish_pending(dst)
+    _complete(a, dst)
+
+
+class _FullFile:
+    def __init__(self, f: Any, room: list[int]) -> None:
+        self.f, self.room = f, room
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if self.room[0] < n:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room[0] -= n
+        return int(self.f.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.f)
+
+
+@pytest.mark.parametrize("room", [0, 100_000])
+def test_disk_full_while_staging_leaves_the_destination_unchanged(
+        src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+    a = sample_agent(src)
+    move(a, dst)
+    write(a.folders.home / "big.bin", os.urandom(400_000))
+    r = prepare(dst, a.id)
+    data, _ = send_bytes(a, r, inventory=r.inventory())
+    before = machine_tree(dst)
+    left = [room]
+    real_open = open
+    monkeypatch.setattr(staging, "open", lambda *a, **k: _FullFile(real_open(*a, **k), left),
+                        raising=False)
+    with pytest.raises(TransportError, match="disk is full") as info:
+        receive_bytes(dst, r, data)
+    assert info.value.hint and "nothing was applied" in info.value.hint
+    assert machine_tree(dst) == before
+    assert not (r.dir / commit.JOURNAL).exists()
+
+
+@pytest.fixture
+def small_disk(dst: Machine) -> Iterator[Path]:
+    """The destination's ~/.lnk on a 2 MiB tmpfs (needs root, as CI runs the tests)."""
+    where = dst.state_dir
+    where.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], check=False).returncode:
+            subprocess.run(["umount", "-l", str(where)], check=True)
+            raise AssertionError("something still held the small disk open")
+
+
+def test_a_real_full_disk(src: Machine, dst: Machine, small_disk: Path) -> None:
+    a = make_agent(src)
+    write(a.folders.home / "big.bin", os.urandom(3 << 20))
+    fill_collections(a)
+    r = prepare(dst)
+    data, _ = send_bytes(a, r)
+    before = machine_tree(dst)
+    with pytest.raises(TransportError, match="disk is full"):
+        receive_bytes(dst, r, data)
+    assert machine_tree(dst) == before
+    assert not dst.settings_file("work").exists()
+    assert not dst.folders("work").root.exists()

@@ -1,0 +1,105 @@
+"""What the receiver holds already is not sent again."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from transport_helpers import (
+    agent_files,
+    collections_of,
+    fill_collections,
+    load_agent,
+    make_agent,
+    move,
+    prepare,
+    receive_bytes,
+    send_bytes,
+    write,
+)
+
+from lnk.agents.layout import Machine
+from lnk.errors import StreamError
+
+
+def _agent_with_files(src: Machine, n: int = 6, size: int = 300_000):
+    a = make_agent(src)
+    blobs = {}
+    for i in range(n):
+        blobs[f"f{i}.bin"] = os.urandom(size)
+        write(a.folders.home / "data" / f"f{i}.bin", blobs[f"f{i}.bin"])
+    write(a.folders.agent / "memory" / "m.md", b"remember this\n")
+    fill_collections(a)
+    return a, blobs
+
+
+def test_second_send_with_inventory_carries_nothing_unchanged(src: Machine, dst: Machine) -> None:
+    a, blobs = _agent_with_files(src)
+    first, _ = move(a, dst)
+    assert first.data_bytes == sum(map(len, blobs.values())) + len(b"remember this\n")
+    again, rrep = move(a, dst, agent_id=a.id, inventory=True)
+    assert again.data_bytes == 0
+    assert again.held_by_receiver == again.files
+    assert rrep.data_bytes == 0 and rrep.committed
+    assert rrep.unchanged_home_files == len(blobs)
+    b = load_agent(dst)
+    assert agent_files(b.folders.root) == agent_files(a.folders.root)
+    assert collections_of(b) == collections_of(a)
+
+
+def test_only_the_changed_file_travels(src: Machine, dst: Machine) -> None:
+    a, _blobs = _agent_with_files(src)
+    move(a, dst)
+    changed = os.urandom(12_345)
+    write(a.folders.home / "data" / "f3.bin", changed)
+    srep, rrep = move(a, dst, agent_id=a.id, inventory=True)
+    assert srep.data_bytes == len(changed)
+    assert rrep.data_bytes == len(changed)
+    b = load_agent(dst)
+    assert (b.folders.home / "data" / "f3.bin").read_bytes() == changed
+    assert agent_files(b.folders.root) == agent_files(a.folders.root)
+
+
+def test_without_agent_id_everything_travels_again(src: Machine, dst: Machine) -> None:
+    a, blobs = _agent_with_files(src, n=2)
+    move(a, dst)
+    srep, _ = move(a, dst, inventory=True)  # the receiver was not told which agent comes
+    assert srep.data_bytes == sum(map(len, blobs.values())) + len(b"remember this\n")
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.8])
+def test_retry_after_an_interrupted_receive_sends_only_the_rest(src: Machine, dst: Machine,
+                                                                cut: float) -> None:
+    a, blobs = _agent_with_files(src, n=8)
+    total = sum(map(len, blobs.values())) + len(b"remember this\n")
+    r1 = prepare(dst, a.id)
+    data, _ = send_bytes(a, r1, level=None)
+    with pytest.raises(StreamError):
+        receive_bytes(dst, r1, data[: int(len(data) * cut)])
+    assert not dst.folders("work").root.exists()
+    staged = {p.name: p.stat().st_size for p in r1.objects.iterdir()}
+    assert 0 < len(staged) < len(blobs)
+    r2 = prepare(dst, a.id)
+    assert not r1.dir.exists()  # its staged content was adopted, the rest abandoned
+    assert sorted(p.name for p in r2.objects.iterdir()) == sorted(staged)
+    data2, srep = send_bytes(a, r2, inventory=r2.inventory())
+    assert srep.data_bytes == total - sum(staged.values())
+    rrep = receive_bytes(dst, r2, data2)
+    assert rrep.committed
+    b = load_agent(dst)
+    assert agent_files(b.folders.root) == agent_files(a.folders.root)
+
+
+def test_inventory_round_trips_its_bytes(src: Machine, dst: Machine) -> None:
+    from lnk.transport.inventory import Inventory
+
+    a, blobs = _agent_with_files(src, n=2)
+    move(a, dst)
+    r = prepare(dst, a.id)
+    inv = r.inventory()
+    back = Inventory.from_bytes(inv.to_bytes())
+    assert len(back) == len(inv) >= 3
+    from transport_helpers import sha
+    for blob in blobs.values():
+        assert sha(blob) in back
+    assert sha(b"not there") not in back

@@ -1,0 +1,118 @@
+"""Receiver keys and the bulk/final phases, in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from transport_helpers import (
+    EVENTS,
+    agent_files,
+    collections_of,
+    fill_collections,
+    load_agent,
+    prepare,
+    receive_bytes,
+    sample_agent,
+    send_bytes,
+    write,
+)
+
+from lnk.agents.layout import Machine
+from lnk.errors import NotFound, StreamError
+from lnk.formats import manifest as M
+from lnk.formats.stream import StreamReader
+from lnk.transport import receivers
+
+
+def test_the_key_is_private_and_gone_after_commit(src: Machine, dst: Machine) -> None:
+    r = prepare(dst)
+    key = r.dir / "key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(r.dir.stat().st_mode) == 0o700
+    a = sample_agent(src)
+    data, _ = send_bytes(a, r)
+    assert receive_bytes(dst, r, data).committed
+    assert not key.exists() and not r.dir.exists()
+    with pytest.raises(NotFound):
+        receivers.open_receiver(dst, r.rid)
+
+
+def test_abandon_deletes_the_key(dst: Machine) -> None:
+    r = prepare(dst)
+    r.abandon()
+    assert not (r.dir / "key").exists()
+    with pytest.raises(NotFound):
+        receivers.open_receiver(dst, r.rid)
+
+
+def _records(data: bytes, r: receivers.Receiver) -> list[tuple[int, bytes]]:
+    import io
+
+    return list(StreamReader(io.BytesIO(data), r.key()))
+
+
+def _events_in(records: list[tuple[int, bytes]]) -> list[int]:
+    lines = b"".join(body for t, body in records if t == M.COLLECTION).splitlines()
+    return [rec["n"] for rec in map(json.loads, lines) if rec["t"] == "event"]
+
+
+def test_bulk_then_final(src: Machine, dst: Machine) -> None:
+    a = sample_agent(src)  # 3 events
+    r = prepare(dst)
+    bulk, brep = send_bytes(a, r, phase="bulk")
+    rep = receive_bytes(dst, r, bulk)
+    assert rep.phase == "bulk" and not rep.committed
+    assert (r.dir / "key").exists()  # the final phase needs it
+    assert not dst.folders("work").root.exists() and not dst.settings_file("work").exists()
+    assert brep.watermarks == {"events/link:main": 3}
+    # the agent keeps working while the bulk travels
+    fill_collections(a, events=2)
+    changed = os.urandom(5000)
+    write(a.folders.home / "docs" / "report.txt", changed)
+    final, frep = send_bytes(a, r, phase="final", since=brep.watermarks,
+                             base_stream=brep.stream_id, inventory=r.inventory())
+    assert _events_in(_records(final, r)) == [4, 5]  # only what came after the bulk
+    assert frep.data_bytes == len(changed)  # only the changed file's bytes
+    rep = receive_bytes(dst, r, final)
+    assert rep.committed and rep.phase == "final"
+    b = load_agent(dst)
+    want = agent_files(a.folders.root)
+    del want["Home/passwd"]
+    assert agent_files(b.folders.root) == want
+    assert collections_of(b) == collections_of(a)
+    assert [e.number for e in _store_events(b)] == [1, 2, 3, 4, 5]
+    assert not r.dir.exists()
+
+
+def _store_events(agent):
+    from lnk.agents.stores import open_agent_store
+
+    s = open_agent_store(agent.folders.chats, agent.settings.store)
+    try:
+        return s.read(EVENTS)
+    finally:
+        s.close()
+
+
+def test_a_final_without_its_bulk_is_refused(src: Machine, dst: Machine) -> None:
+    a = sample_agent(src)
+    r = prepare(dst)
+    final, _ = send_bytes(a, r, phase="final", base_stream="00" * 16)
+    with pytest.raises(StreamError, match="builds on"):
+        receive_bytes(dst, r, final)
+    assert not dst.folders("work").root.exists()
+
+
+def test_a_final_on_another_bulk_is_refused(src: Machine, dst: Machine) -> None:
+    a = sample_agent(src)
+    r = prepare(dst)
+    bulk, brep = send_bytes(a, r, phase="bulk")
+    receive_bytes(dst, r, bulk)
+    final, _ = send_bytes(a, r, phase="final", since=brep.watermarks, base_stream="ab" * 16)
+    with pytest.raises(StreamError, match="builds on"):
+        receive_bytes(dst, r, final)
+    assert (r.dir / "key").exists()
+    assert not dst.folders("work").root.exists()
