@@ -1,11 +1,14 @@
 #!/bin/sh
-# Install lnk and what it needs on Debian/Ubuntu.  With --test, also what the test suite needs.
+# Install lnk and what it needs on Debian/Ubuntu.  With --test, also everything the
+# test suite runs for real: sshd and network namespaces, S3/GCS servers, the peers
+# the benches compare against.
 set -eu
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 PKGS="bubblewrap"
 if [ "${1:-}" = "--test" ]; then
-  PKGS="$PKGS openssh-server openssh-client iproute2 socat zstd age rsync restic borgbackup sqlite3 time"
+  PKGS="$PKGS openssh-server openssh-client iproute2 socat zstd age rsync restic borgbackup \
+sqlite3 time radosgw ceph-mon ceph-osd"
 fi
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
@@ -13,7 +16,12 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-PIP="python3 -m pip install -q --disable-pip-version-check"
+PY="${PYTHON:-python3}"
+PIP="$PY -m pip install -q --disable-pip-version-check"
+# a Debian python3 marked externally managed takes --break-system-packages (pip >= 23)
+if $PY -c 'import sys, sysconfig, os; sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+  PIP="$PIP --break-system-packages"
+fi
 if [ "${1:-}" = "--test" ]; then
   $PIP -e '.[test]'
 else

@@ -160,8 +160,11 @@ def _wait_port(address: str, port: int, proc: subprocess.Popen[bytes], log: Path
     raise RuntimeError(f"sshd on {address} did not answer: {log.read_text()[-2000:]}")
 
 
-def start_hosts(root: Path) -> Hosts:
-    """Create the hosts under ``root``; call :func:`stop_hosts` (always) after."""
+def start_hosts(root: Path, tag: str = "") -> Hosts:
+    """Create the hosts under ``root``; call :func:`stop_hosts` (always) after.
+
+    ``tag`` (one letter) lets a second set run in the same session beside the first.
+    """
     if os.geteuid() != 0:
         raise RuntimeError("the SSH test hosts need root (network namespaces)")
     for tool in ("ip", "ssh", "ssh-keygen", SSHD):
@@ -171,7 +174,7 @@ def start_hosts(root: Path) -> Hosts:
     clean_stale()
     pid = os.getpid()
     n = _pick_subnet()
-    bridge = f"{PREFIX}{pid}br"
+    bridge = f"{PREFIX}{pid}{tag}br"
     hosts = Hosts(root=root, bridge=bridge, bridge_address=f"10.201.{n}.1",
                   ssh_config=root / "ssh_config")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
@@ -184,7 +187,7 @@ def start_hosts(root: Path) -> Hosts:
         known: list[str] = []
         cfg: list[str] = []
         for i, name in enumerate(HOST_NAMES):
-            host = _make_host(hosts, name, pid, n, i + 2, client_key)
+            host = _make_host(hosts, name, f"{pid}{tag}", n, i + 2, client_key)
             pub = (host.dir / "ssh_host_ed25519_key.pub").read_text().split()
             known.append(f"{host.address} {pub[0]} {pub[1]}")
             cfg += [f"Host {name}", f"  HostName {host.address}", ""]
@@ -203,7 +206,7 @@ def start_hosts(root: Path) -> Hosts:
     return hosts
 
 
-def _make_host(hosts: Hosts, name: str, pid: int, n: int, last: int, client_key: Path) -> Host:
+def _make_host(hosts: Hosts, name: str, pid: str, n: int, last: int, client_key: Path) -> Host:
     letter = name[-1].lower()
     netns = f"{PREFIX}{pid}{letter}"
     veth = f"{PREFIX}{pid}v{letter}"
@@ -238,6 +241,7 @@ def _make_host(hosts: Hosts, name: str, pid: int, n: int, last: int, client_key:
         "PrintMotd no",
         "X11Forwarding no",
         f"SetEnv HOME={host.home} PATH={path} LNK_TESTING=1",
+        "AcceptEnv LNK_FAULT",
         "",
     ]))
     return host
@@ -269,8 +273,8 @@ def stop_hosts(hosts: Hosts) -> None:
 
 
 @contextlib.contextmanager
-def running_hosts(root: Path) -> Iterator[Hosts]:
-    hosts = start_hosts(root)
+def running_hosts(root: Path, tag: str = "") -> Iterator[Hosts]:
+    hosts = start_hosts(root, tag)
     try:
         yield hosts
     finally:

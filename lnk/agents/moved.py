@@ -76,7 +76,7 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
 def purge_expired(machine: Machine, now: float | None = None) -> list[str]:
     """Delete moved agents' kept folders whose time is up."""
     now = time.time() if now is None else now
-    gone = []
+    gone: list[str] = []
     d = notes_dir(machine)
     if not d.is_dir():
         return gone

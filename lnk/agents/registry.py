@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lnk.agents import ports
-from lnk.agents.layout import Machine
+from lnk.agents.layout import AgentFolders, Machine
 from lnk.agents.machine import account_owner, load_machine
 from lnk.agents.settings import (
     ModelSettings,
@@ -47,7 +47,7 @@ class Agent:
         return self.settings.id
 
     @property
-    def folders(self):  # type: ignore[no-untyped-def]
+    def folders(self) -> AgentFolders:
         return self.machine.folders(self.name)
 
     @property
@@ -148,8 +148,6 @@ def create(machine: Machine, name: str, *, store: str = "files",
     machine.agents_root.mkdir(parents=True, exist_ok=True)
     staging = machine.agents_root / f".creating-{name}-{settings.id}"
     try:
-        from lnk.agents.layout import AgentFolders
-
         tmp = AgentFolders(staging)
         tmp.make()
         tmp.sandbox_toml.write_text(DEFAULT_SANDBOX_TOML)

@@ -23,8 +23,10 @@ def _register() -> None:
 
     cli.add_command(agent.agent)
     from lnk.cli.box import version
+    from lnk.cli.demo import demo
 
     cli.add_command(version)
+    cli.add_command(demo)
     for modname, attr in (("lnk.cli.box", "box"), ("lnk.cli.bucket", "bucket"),
                           ("lnk.cli.backup_key", "backup")):
         try:

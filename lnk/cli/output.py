@@ -43,7 +43,7 @@ def progress(it: Iterable[T], *, total: int | None = None, desc: str = "",
     yield from tqdm(it, total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
 
 
-def progress_bar(total: int | None, desc: str = "", unit: str = "B"):  # type: ignore[no-untyped-def]
+def progress_bar(total: int | None, desc: str = "", unit: str = "B") -> Any:
     """A bar object with .update(n)/.close(); a silent one when not on a terminal."""
     if sys.stderr.isatty():
         from tqdm import tqdm

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,6 +16,40 @@ from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, progress_bar, say
 from lnk.errors import UsageError
 from lnk.formats.keys import parse_public_key
+from lnk.transport.faults import armed, fault
+
+
+class _DieMidStream:
+    """Test fault point (``send:mid-PHASE`` / ``receive:mid-PHASE``): die after some bytes."""
+
+    def __init__(self, f: Any, point: str) -> None:
+        self.f, self.point, self.calls = f, point, 0
+
+    def _tick(self) -> None:
+        self.calls += 1
+        if self.calls >= 2:
+            fault(self.point)
+
+    def write(self, data: Any) -> int:
+        n = self.f.write(data)
+        self.f.flush()
+        self._tick()
+        return int(n or 0)
+
+    def read(self, n: int = -1) -> bytes:
+        self._tick()
+        return bytes(self.f.read(n))
+
+    def readinto(self, buf: Any) -> int:
+        self._tick()
+        return int(self.f.readinto(buf) or 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.f, name)
+
+
+def _faulty(f: Any, point: str) -> Any:
+    return _DieMidStream(f, point) if armed(point) else f
 
 
 def _bulk_file(a: registry.Agent, key_text: str) -> Path:
@@ -44,6 +79,7 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
                          hint="lnk agent state-send --to KEY > stream")
     a = registry.find(Machine.current(), agent_name)
     recipient = parse_public_key(to)
+    inv: Inventory | None = None
     if inventory is not None and str(inventory) == "-":
         inv = Inventory.from_bytes(sys.stdin.buffer.read())
     else:
@@ -56,7 +92,7 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
         since, base = held.get("watermarks", {}), held.get("stream_id")
     bar = progress_bar(None, desc=f"sending {a.name}")
     with bar:
-        rep = send_agent(a, sys.stdout.buffer, recipient, phase=phase, inventory=inv,
+        rep = send_agent(a, _faulty(sys.stdout.buffer, f"send:mid-{phase}"), recipient, phase=phase, inventory=inv,
                          since=since, base_stream=base, progress=bar.update)
     sys.stdout.buffer.flush()
     if phase == "bulk":
@@ -114,7 +150,8 @@ def state_receive(prepare: bool, agent_id: str | None, agent_name: str | None,
         raise UsageError("the stream comes on stdin", hint="lnk agent state-receive --receiver R < stream")
     bar = progress_bar(None, desc="receiving")
     with bar:
-        rep = receive(m, receiver, sys.stdin.buffer, store=store, progress=bar.update)
+        phase = "final" if r.bulk.is_dir() else "bulk"
+        rep = receive(m, receiver, _faulty(sys.stdin.buffer, f"receive:mid-{phase}"), store=store, progress=bar.update)
     if as_json:
         emit_json(rep.to_json())
     else:

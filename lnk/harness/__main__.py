@@ -21,7 +21,6 @@ from types import FrameType
 from lnk.errors import LnkError
 from lnk.harness.server import HarnessConfig, make_server, probe_connect, read_key_file
 
-
 TURN_GRACE_S = 60.0
 
 

@@ -77,7 +77,7 @@ def deliver_one(machine: Machine, path: Path, say: Say) -> dict[str, Any] | None
 
 def deliver_all(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any]]:
     d = machine.held_dir / agent_id
-    out = []
+    out: list[dict[str, Any]] = []
     if not d.is_dir():
         return out
     for p in sorted(d.glob("msg-*.json"), key=lambda p: p.stat().st_mtime):

@@ -105,7 +105,7 @@ def unfinished(machine: Machine, agent_id: str | None = None) -> list[Entry]:
 
 
 def entries(machine: Machine, agent_id: str | None = None) -> list[Entry]:
-    out = []
+    out: list[Entry] = []
     if not machine.journal_dir.is_dir():
         return out
     for p in sorted(machine.journal_dir.glob("mv-*.json")):

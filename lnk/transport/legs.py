@@ -286,6 +286,13 @@ def check_destination(destination: str) -> str:
     return destination
 
 
+def _fault_env() -> list[str]:
+    """Tests' fault points (lnk.transport.faults) reach the box too (sshd: AcceptEnv LNK_*)."""
+    if os.environ.get("LNK_TESTING") == "1" and os.environ.get("LNK_FAULT"):
+        return ["-o", "SendEnv=LNK_FAULT", "-o", "SendEnv=LNK_TESTING"]
+    return []
+
+
 class SshLeg(Leg):
     """A box reached with ``ssh <destination> -- <remote lnk> ARGS``."""
 
@@ -307,7 +314,7 @@ class SshLeg(Leg):
         return " ".join([self.remote_lnk, *(shlex.quote(a) for a in args)])
 
     def argv(self, args: Sequence[str]) -> list[str]:
-        return [*ssh_command(), self.destination, "--", self.remote_command(args)]
+        return [*ssh_command(), *_fault_env(), self.destination, "--", self.remote_command(args)]
 
     def shell_argv(self, script: str) -> list[str]:
         return [*ssh_command(), self.destination, "--", script]

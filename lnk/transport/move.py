@@ -20,6 +20,7 @@ import contextlib
 import json
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -137,7 +138,7 @@ def _check_format(leg: Leg) -> None:
     if fmt != STREAM_FORMAT:
         raise FormatMismatch(
             f"{leg.name} speaks stream format {fmt}; this lnk speaks {STREAM_FORMAT}",
-            hint=f"upgrade lnk there: lnk box add (it installs this one), then move again")
+            hint="upgrade lnk there: lnk box add (it installs this one), then move again")
 
 
 def move(machine: Machine, name: str | None, to: str, *, no_start: bool = False,
@@ -158,6 +159,7 @@ def move(machine: Machine, name: str | None, to: str, *, no_start: bool = False,
     if st.get("id") != agent_id:
         raise NotFound(f"{name} is not on {src.name} as this computer remembers",
                        hint="lnk box run that box -- lnk agent list")
+    t0 = time.monotonic()
     e = journal.new_entry(machine, agent=name, agent_id=agent_id, src=src_place, dst=to,
                           no_start=no_start, was_running=bool(st.get("running")))
     try:
@@ -178,7 +180,7 @@ def move(machine: Machine, name: str | None, to: str, *, no_start: bool = False,
         raise _as_lnk(err) from err
     with deferred_signals() as guard:
         try:
-            return _switch(machine, e, src, dst, prep, bulk, say, guard)
+            return _switch(machine, e, src, dst, prep, bulk, say, guard, t0)
         except BaseException as err:
             e.set(failed=str(err) or type(err).__name__)
             say(f"the move failed ({err}); {name} resumes on {src.name}")
@@ -195,8 +197,10 @@ def _as_lnk(err: BaseException) -> BaseException:
 
 
 def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any],
-            bulk: Any, say: Say, guard: _Guard) -> dict[str, Any]:
+            bulk: Any, say: Say, guard: _Guard, e_started: float) -> dict[str, Any]:
+    timings: dict[str, float] = {"bulk_s": round(time.monotonic() - e_started, 3)}
     name = e.agent
+    t_pause = time.monotonic()
     src.run(["agent", "pause", "--agent", name, "--move", e.move])
     e.set(phase="paused")
     fault("move:after-pause")
@@ -208,12 +212,15 @@ def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any]
     e.set(phase="committed")
     fault("move:after-commit")
     guard.check()
-    status = _finish_forward(machine, e, say)
+    status = _finish_forward(machine, e, say, answered=lambda: timings.update(
+        pause_s=round(time.monotonic() - t_pause, 3)))
+    timings["total_s"] = round(time.monotonic() - e_started, 3)
     return {"agent": name, "id": e.agent_id, "from": e.src, "to": e.dst, "bulk": bulk,
-            "final": final, "status": status, "started": not e.no_start}
+            "final": final, "status": status, "started": not e.no_start, "timings": timings}
 
 
-def _finish_forward(machine: Machine, e: Entry, say: Say) -> dict[str, Any] | None:
+def _finish_forward(machine: Machine, e: Entry, say: Say,
+                    answered: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
     src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
     status = None
     if not e.no_start:
@@ -225,6 +232,7 @@ def _finish_forward(machine: Machine, e: Entry, say: Say) -> dict[str, Any] | No
     elif not _holds(dst, e):
         raise TransportError(f"{e.agent} is not on {dst.name} after the move",
                              hint="the copy where it was stays; move it again")
+    answered()
     e.set(phase="answering")
     fault("move:after-start")
     src.run(["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id,

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
@@ -27,7 +27,7 @@ from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportE
 from lnk.formats import manifest as M
 from lnk.formats.stream import StreamReader
 from lnk.transport import commit
-from lnk.transport.receivers import open_receiver
+from lnk.transport.receivers import Receiver, open_receiver, prepare
 from lnk.transport.staging import Stage, disk_full
 
 
@@ -96,10 +96,30 @@ def receive(machine: Machine, rid: str, inp: BinaryIO, *, store: str | None = No
     commit.finish_pending(machine)
     r = open_receiver(machine, rid)
     reader = StreamReader(inp, r.key())
+    return _receive(machine, r, reader, lambda: reader.stream_id.hex(), store, progress)
+
+
+def receive_records(machine: Machine, records: Iterable[tuple[int, bytes]], *,
+                    store: str | None = None, progress: Callable[[int], None] | None = None,
+                    stream_id: str = "") -> ReceiveReport:
+    """Receive a payload given as records (HEAD, FILES, DATA, COLLECTION, SUMMARY) rather
+    than a sealed stream (a restore from a backup): the same checks, the same atomic apply."""
+    commit.finish_pending(machine)
+    r = prepare(machine)
+    try:
+        return _receive(machine, r, records, lambda: stream_id, store, progress)
+    finally:
+        if not (r.dir / commit.JOURNAL).exists():
+            r.abandon()
+
+
+def _receive(machine: Machine, r: Receiver, records: Iterable[tuple[int, bytes]],
+             stream_id: Callable[[], str], store: str | None,
+             progress: Callable[[int], None] | None) -> ReceiveReport:
     stage = Stage(r, store)
     existing: Agent | None = None
     try:
-        for rtype, body in reader:
+        for rtype, body in records:
             had_head = stage.head is not None
             stage.take(rtype, body)
             if not had_head and stage.head is not None:
@@ -114,9 +134,9 @@ def receive(machine: Machine, rid: str, inp: BinaryIO, *, store: str | None = No
         assert head is not None
         report = ReceiveReport(head.name, head.agent_id, head.owner, head.phase, False,
                                stage.entries, stage.files, stage.data_bytes, stage.collections,
-                               stream_id=reader.stream_id.hex())
+                               stream_id=stream_id())
         if head.phase == "bulk":
-            _keep_bulk(r, stage, reader.stream_id.hex())
+            _keep_bulk(r, stage, stream_id())
             return report
         return _commit(machine, r, stage, head, existing, report)
     except OSError as e:

@@ -15,12 +15,11 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from lnk.agents.stores import open_agent_store, store_path
 from lnk.collections import FileStore, Store
-from lnk.errors import InvalidInput, StreamError, TransportError
+from lnk.errors import InvalidInput, TransportError
 from lnk.formats import manifest as M
 from lnk.transport.receivers import Receiver
 
@@ -285,8 +284,8 @@ class Stage:
             self.db.execute("COMMIT")
 
     def iter_entries(self) -> Iterator[tuple[str, str, int, int, str, int | None, int]]:
-        for row in self.db.execute("SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i"):
-            yield row
+        yield from self.db.execute(
+            "SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i")
 
 
 def _lines(f: Any) -> Iterator[dict[str, Any]]:
