@@ -98,7 +98,8 @@ def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
         from lnk.sandbox.bwrap import check_bwrap
 
         check_bwrap()
-    if not ports.block_free(s.port_base, s.port_count):
+    if not is_running(agent) and not ports.block_free(s.port_base, s.port_count):
+        # (a running agent holds its own block: that is no reason to move it)
         old = s.port_base
         s.port_base = ports.random_free_block(taken_blocks(agent.machine, except_name=s.name),
                                               s.port_count)
@@ -251,4 +252,10 @@ def status(agent: Agent, ask: bool = True) -> dict[str, Any]:
         if died:
             out["state"] = "died"
             out["exit"] = died
+    from lnk.backup.schedule import last_result
+
+    backup = last_result(agent.runtime)
+    out["backup"] = backup
+    if backup and not backup.get("ok") and "problem" not in out:
+        out["problem"] = f"the last backup failed at {backup.get('time')}: {backup.get('error')}"
     return out

@@ -53,17 +53,23 @@ def create(name: str, store: str, as_json: bool) -> None:
 @json_option
 def list_(as_json: bool) -> None:
     """List the agents on this machine."""
-    agents = registry.list_agents(_machine())
-    rows = [service.status(a, ask=False) | {"folder": str(a.folders.root)} for a in agents]
+    from lnk.transport.journal import locations
+
+    m = _machine()
+    rows = [service.status(a, ask=False) | {"folder": str(a.folders.root), "place": "here"}
+            for a in registry.list_agents(m)]
+    rows += [{"name": name, "id": loc["id"], "place": loc["place"],
+              "state": f"on box {loc['place']}"} for name, loc in sorted(locations(m).items())]
     if as_json:
         emit_json(rows)
         return
     if not rows:
         say("no agents here yet: lnk agent create NAME")
         return
-    table([[r["name"], r["id"], r["state"], "yes" if r["sandboxed"] else "no",
-            str(r["ports"][0])] for r in rows],
-          ["NAME", "ID", "STATE", "SANDBOXED", "PORT"])
+    table([[r["name"], r["id"], r["place"], r["state"],
+            "-" if "sandboxed" not in r else ("yes" if r["sandboxed"] else "no"),
+            str(r["ports"][0]) if "ports" in r else "-"] for r in rows],
+          ["NAME", "ID", "WHERE", "STATE", "SANDBOXED", "PORT"])
 
 
 @agent.command()
@@ -128,8 +134,8 @@ def stop(agent_name: str | None) -> None:
 @json_option
 def status(agent_name: str | None, as_json: bool) -> None:
     """Whether the agent runs, its ID, owner, endpoint and sandbox."""
-    a = registry.find(_machine(), agent_name)
-    st = service.status(a)
+    m = _machine()
+    st = _status_anywhere(m, agent_name)
     if as_json:
         emit_json(st)
         return
@@ -140,6 +146,22 @@ def status(agent_name: str | None, as_json: bool) -> None:
             f"({st['exit'].get('reason', '')})")
     if st.get("problem"):
         out(f"problem: {st['problem']}")
+
+
+def _status_anywhere(m: Machine, name: str | None) -> dict[str, Any]:
+    """Status here, or through the box the agent moved to (its own lnk answers)."""
+    import json as _json
+
+    from lnk.transport.journal import locations
+
+    locs = locations(m)
+    if name is not None and name in locs and not m.settings_file(name).exists():
+        from lnk.transport.move import place_leg
+
+        leg = place_leg(m, locs[name]["place"])
+        st = _json.loads(leg.run(["agent", "status", "--agent", name, "--json"]).stdout)
+        return dict(st) | {"place": locs[name]["place"]}
+    return service.status(registry.find(m, name)) | {"place": "here"}
 
 
 @agent.command()

@@ -19,9 +19,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from lnk.cli import agent, move, state  # noqa: F401 - they add commands to agent
+    from lnk.cli import agent, backup, move, state  # noqa: F401 - they add commands to agent
 
     cli.add_command(agent.agent)
+    cli.add_command(backup.bucket)
+    cli.add_command(backup.backup_top)
     from lnk.cli.box import version
     from lnk.cli.demo import demo
 

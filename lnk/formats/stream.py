@@ -16,7 +16,9 @@ thread pool, a few at a time, and always go out in order.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import stat
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -61,6 +63,18 @@ def split_body(data: bytes | bytearray | memoryview, size: int = RECORD_MAX) -> 
         yield view[start : start + size]
 
 
+def _grow_pipe(f: Any) -> None:
+    """Make a pipe hold a whole record (Linux), so both ends of a pipeline overlap."""
+    try:
+        import fcntl
+
+        fd = f.fileno()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (AttributeError, ImportError, OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a pipe, not Linux, or above pipe-max-size: fine as it is
+
+
 def _done(value: Any = None, exc: BaseException | None = None) -> Future[Any]:
     fut: Future[Any] = Future()
     if exc is not None:
@@ -96,6 +110,7 @@ class StreamWriter:
         )
         self._keys = R.Keys(stream_key, self._header)
         self._out = out
+        _grow_pipe(out)
         self._level = level
         self._pool = ThreadPoolExecutor(workers, "lnk-seal") if workers > 1 else None
         self._max_inflight = max(2, 2 * workers)
@@ -236,6 +251,7 @@ class StreamReader:
 
     def __init__(self, inp: BinaryIO, key: ReceiverKey, *, workers: int = 2) -> None:
         self._inp = inp
+        _grow_pipe(inp)
         self._header, stream_key = R.read_header(inp, key.hpke_private, key.key_id)
         self.meta: dict[str, Any] = R.parse_meta(self._header.meta_bytes)
         self._keys = R.Keys(stream_key, self._header)

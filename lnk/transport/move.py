@@ -31,7 +31,7 @@ from lnk.errors import FormatMismatch, Interrupted, LnkError, NotFound, Transpor
 from lnk.transport import journal
 from lnk.transport.faults import fault
 from lnk.transport.journal import Entry
-from lnk.transport.legs import Leg, LegProcess, LocalLeg
+from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, LocalLeg
 
 HERE = "here"
 Say = Callable[[str], None]
@@ -200,6 +200,8 @@ def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any]
             bulk: Any, say: Say, guard: _Guard, e_started: float) -> dict[str, Any]:
     timings: dict[str, float] = {"bulk_s": round(time.monotonic() - e_started, 3)}
     name = e.agent
+    # what the destination holds can't change before the final: ask while the agent answers
+    inventory = _inventory(dst, prep["receiver"])
     t_pause = time.monotonic()
     src.run(["agent", "pause", "--agent", name, "--move", e.move])
     e.set(phase="paused")
@@ -207,7 +209,7 @@ def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any]
     guard.check()
     final = _stream(src, ["agent", "state-send", "--agent", name, "--to", prep["public_key"],
                           "--phase", "final", "--inventory", "-"],
-                    _inventory(dst, prep["receiver"]),
+                    inventory,
                     dst, ["agent", "state-receive", "--receiver", prep["receiver"], "--json"])
     e.set(phase="committed")
     fault("move:after-commit")
@@ -224,8 +226,10 @@ def _finish_forward(machine: Machine, e: Entry, say: Say,
     src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
     status = None
     if not e.no_start:
-        dst.run(["agent", "start", "--agent", e.agent])
-        status = _run_json(dst, ["agent", "status", "--agent", e.agent, "--json"]) or {}
+        # start answers with the agent's status once it answers (one SSH round trip fewer)
+        status = _run_json(dst, ["agent", "start", "--agent", e.agent, "--json"]) or {}
+        if "running" not in status:
+            status = _run_json(dst, ["agent", "status", "--agent", e.agent, "--json"]) or {}
         if not status.get("running") or status.get("id") != e.agent_id:
             raise TransportError(f"{e.agent} does not answer on {dst.name} after the move",
                                  hint=f"see lnk box run {e.dst} -- lnk agent logs")
@@ -267,6 +271,7 @@ def _abandon(dst: Leg, e: Entry) -> None:
 def _undo(machine: Machine, e: Entry, say: Say) -> None:
     """Put the agent back where it was; keep the entry if a box doesn't answer."""
     src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
+    stale: LnkError | None = None
     try:
         if e.at_least("committed"):
             if not _holds(src, e):
@@ -276,16 +281,22 @@ def _undo(machine: Machine, e: Entry, say: Say) -> None:
                 _finish_forward(machine, e, say)
                 return
             if not e.dst_had_agent:
-                dst.run(["agent", "stop", "--agent", e.agent], check=False)
-                dst.run(["agent", "remove", e.agent, "--yes", "--files", "delete"],
-                        check=False)
+                for args in (["agent", "stop", "--agent", e.agent],
+                             ["agent", "remove", e.agent, "--yes", "--files", "delete"]):
+                    if dst.run(args, check=False).returncode == SSH_FAILED:
+                        # the box doesn't answer: its copy stays an entry until it does
+                        stale = TransportError(f"{dst.name} does not answer, so {e.agent}'s "
+                                               "copy there is not removed yet")
+                        break
         _abandon(dst, e)
         if e.was_running:
             src.run(["agent", "start", "--agent", e.agent])
         else:
             src.run(["agent", "resume", "--agent", e.agent])
     except LnkError as err:
-        say(f"could not finish undoing the move yet ({err}); it stays in the journal and "
+        stale = err
+    if stale is not None:
+        say(f"could not finish undoing the move yet ({stale}); it stays in the journal and "
             "the next lnk agent move or start of it finishes it")
         return
     e.remove()

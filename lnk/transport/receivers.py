@@ -145,7 +145,22 @@ def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
         agent = find_by_id(machine, agent_id)
         if agent is not None:
             _index_local(r, agent.folders.root, agent.runtime / "hashes.sqlite")
+        elif (kept := _kept_folder(machine, agent_id)) is not None:
+            # a move back to a machine the agent left: its kept files aren't sent again
+            _index_local(r, kept, r.dir / "kept-hashes.sqlite")
     return r
+
+
+def _kept_folder(machine: Machine, agent_id: str) -> Path | None:
+    """The folders the agent left here when it moved away (~/Link/Moved/...), if kept."""
+    import json
+
+    try:
+        note = json.loads((machine.state_dir / "moved" / f"{agent_id}.json").read_text())
+        kept = Path(note["kept"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return kept if kept.is_dir() else None
 
 
 def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None:

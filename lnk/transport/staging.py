@@ -14,7 +14,9 @@ import json
 import os
 import shutil
 import sqlite3
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from lnk.agents.stores import open_agent_store, store_path
@@ -59,6 +61,9 @@ class Stage:
         self.cur_left = 0
         self.line = bytearray()
         self.coll_file: Any = None
+        # a collection is imported in a thread while the stream goes on (a few at most)
+        self.importer: ThreadPoolExecutor | None = None
+        self.imports: deque[Future[None]] = deque()
         self.collections = 0
         self.collection_records = 0
         self.summary: dict[str, Any] | None = None
@@ -208,7 +213,8 @@ class Stage:
             self.collections += 1
             if self.collections > M.MAX_COLLECTIONS:
                 raise M.bad(f"the stream holds more than {M.MAX_COLLECTIONS} collections")
-            self.coll_file = open(self.work / "collection.jsonl", "w+b")  # noqa: SIM115
+            self.coll_file = open(  # noqa: SIM115
+                self.work / f"collection-{self.collections}.jsonl", "w+b")
         if self.coll_file is None:
             raise M.bad("a collection record outside a collection")
         self.coll_file.write(line + b"\n")  # as it came: it parsed, it parses again
@@ -220,15 +226,27 @@ class Stage:
         self.coll_file = None
         f.seek(0)
         try:
-            self._open_store().import_(_lines(f))
+            store = self._open_store()
+        except BaseException:
+            f.close()
+            raise
+        if self.importer is None:
+            self.importer = ThreadPoolExecutor(1, "lnk-import")
+        self.imports.append(self.importer.submit(_import, store, f))
+        while len(self.imports) > 2:
+            self._wait_import()
+
+    def _wait_import(self) -> None:
+        try:
+            self.imports.popleft().result()
         except InvalidInput as e:
             raise M.bad(f"a collection is invalid: {e.message}") from e
-        finally:
-            f.close()
 
     def _end_collections(self) -> None:
         if self.line or self.coll_file is not None:
             raise M.bad("the collections ended in the middle of a record")
+        while self.imports:
+            self._wait_import()
 
     def _open_store(self) -> Store:
         if self.store is None:
@@ -277,6 +295,10 @@ class Stage:
         if self.coll_file is not None:
             self.coll_file.close()
             self.coll_file = None
+        if self.importer is not None:
+            self.importer.shutdown(wait=True, cancel_futures=True)
+            self.importer = None
+            self.imports.clear()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -286,6 +308,14 @@ class Stage:
     def iter_entries(self) -> Iterator[tuple[str, str, int, int, str, int | None, int]]:
         yield from self.db.execute(
             "SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i")
+
+
+def _import(store: Store, f: Any) -> None:
+    try:
+        store.import_(_lines(f))
+    finally:
+        f.close()
+        os.unlink(f.name)
 
 
 def _lines(f: Any) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,373 @@
+"""Backing an agent up into a repository, and restoring it from one.
+
+A snapshot of an agent (see docs/backup.md) holds, by name:
+
+    agent/<path>              the bytes of each file that has any (Home/..., Agent/...)
+    meta/entries.jsonl        every folder and file entry, as the stream's FILES entries
+                              (mode, size, SHA-256, mtime, hard-link group; ``d`` when
+                              its bytes are at agent/<path>), in walk order
+    collections/<n>.jsonl     one collection's export records as JSON lines
+    meta/head.json (blob)     the stream's HEAD: lnk-move-4.json, ID, owner, name,
+                              settings, grants
+    meta/summary.json (blob)  the counts a receiver checks
+
+A restore reads the bucket's label first, then feeds the snapshot back as the
+records a stream carries into :func:`lnk.transport.receive.receive_records`,
+so every check and the atomic apply of a move are reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import IO, Any
+
+from lnk.agents.layout import Machine
+from lnk.agents.registry import Agent
+from lnk.agents.stores import open_agent_store
+from lnk.backup import agent_keys
+from lnk.backup.reader import Entry, SnapshotReader
+from lnk.backup.repository import Repository, SnapshotInfo
+from lnk.errors import BackupError, FormatMismatch, NotFound, Refused
+from lnk.formats import manifest as M
+from lnk.transport.buckets import Bucket, open_bucket
+from lnk.transport.walk import HashCache, WalkStats, walk_agent
+
+LABEL = "lnk-layout"
+LAYOUT = "2"
+ENTRIES = "meta/entries.jsonl"
+HEAD = "meta/head.json"
+SUMMARY = "meta/summary.json"
+SPOOL = 4 << 20
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+
+
+@dataclass
+class BackupReport:
+    url: str
+    agent: str
+    id: str
+    snapshot: str
+    repository: str
+    created_repository: bool
+    entries: int = 0
+    files: int = 0
+    bytes: int = 0
+    collections: int = 0
+    records: int = 0
+    new_blobs: int = 0
+    labelled: bool = False
+    label_problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Hashing:
+    """A file reader that hashes and counts what it hands out."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.h = hashlib.sha256()
+        self.n = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.h.update(data)
+        self.n += len(data)
+        return data
+
+
+# ---- opening a repository ---------------------------------------------------------
+def open_for_writing(machine: Machine, bucket: Bucket, url: str) -> tuple[Repository, bool]:
+    """The repository in ``bucket`` opened to write (made on first use), and whether it
+    was made now.  The writer secret is remembered here by the repository's ID."""
+    keys = agent_keys.ensure(machine)
+    if not bucket.exists("config"):
+        repo = Repository.init(bucket, keys.public)
+        agent_keys.remember(machine, repo.id, repo.writer_secret, url)
+        return repo, True
+    repo = Repository.open(bucket)  # reads the config alone: learns the ID
+    secret = keys.secret_for(repo.id)
+    if secret is not None:
+        repo = Repository.open(bucket, writer_secret=secret)
+    elif keys.private is not None:
+        repo = Repository.open(bucket, receiver_key=keys.private)
+    else:
+        raise Refused(f"this machine holds no writer secret for the repository in {url}",
+                      hint=f"install the owner's key with the repository's secret: "
+                           f"{agent_keys.IMPORT_HINT}")
+    if repo.owner.raw != keys.public.raw:
+        raise Refused(f"the repository in {url} belongs to another backup key",
+                      hint="back up to another URL, or import that repository's key")
+    agent_keys.remember(machine, repo.id, repo.writer_secret, url)
+    return repo, False
+
+
+def open_for_reading(machine: Machine, bucket: Bucket, url: str) -> Repository:
+    private = agent_keys.require_private(agent_keys.load(machine))
+    repo = Repository.open(bucket, receiver_key=private)
+    agent_keys.remember(machine, repo.id, repo.writer_secret, url)
+    return repo
+
+
+def open_for_listing(machine: Machine, bucket: Bucket, url: str) -> Repository:
+    """Writer secret or private key: enough to list, verify and prune."""
+    keys = agent_keys.load(machine)
+    if keys is None:
+        raise Refused("this machine has no backup key", hint=agent_keys.IMPORT_HINT)
+    repo = Repository.open(bucket)
+    secret = keys.secret_for(repo.id)
+    if secret is not None:
+        return Repository.open(bucket, writer_secret=secret)
+    if keys.private is not None:
+        return open_for_reading(machine, bucket, url)
+    raise Refused(f"this machine holds no writer secret for the repository in {url}",
+                  hint=agent_keys.IMPORT_HINT)
+
+
+# ---- labels -----------------------------------------------------------------------
+def label_bucket(bucket: Bucket) -> None:
+    bucket.set_label(LABEL, LAYOUT)
+
+
+def read_layout(bucket: Bucket) -> int:
+    """The layout the bucket's label says: 2, or 1 when it has none."""
+    try:
+        labels = bucket.labels()
+    except Refused as e:
+        raise Refused(f"could not read the labels of {bucket.describe()}, which say how its "
+                      f"backups are laid out ({e.message})",
+                      hint="restore with your own account's credentials, which may read the "
+                           "bucket's labels") from e
+    value = labels.get(LABEL)
+    if value is None:
+        return 1
+    if value != LAYOUT:
+        raise FormatMismatch(f"{bucket.describe()} is labelled {LABEL}={value}; this lnk "
+                             f"reads layouts 1 and {LAYOUT}", hint="upgrade lnk")
+    return 2
+
+
+# ---- backing up -------------------------------------------------------------------
+def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | None = None,
+                 progress: Callable[[int], None] | None = None, layout: int = 2,
+                 time: datetime | None = None) -> BackupReport:
+    """Back the agent up to ``url`` as one snapshot (the agent may keep running).
+
+    ``layout=1`` writes the older layout (everything inside Home/, no collections,
+    no label): for tests and migration tools only."""
+    bucket = bucket or open_bucket(url)
+    repo, created = open_for_writing(machine, bucket, url)
+    s = agent.settings
+    report = BackupReport(url, s.name, s.id, "", repo.id, created)
+    if layout == 2:
+        try:
+            label_bucket(bucket)
+            report.labelled = True
+        except Refused as e:
+            report.label_problem = (f"the bucket's label {LABEL}={LAYOUT} could not be set "
+                                    f"({e.message}); set it with your own account: "
+                                    f"lnk bucket label {url}")
+    grants = agent.folders.sandbox_toml.read_text() if agent.folders.sandbox_toml.exists() else ""
+    head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, "full")
+    snap_dir = tempfile.mkdtemp(prefix="lnk-backup-")
+    cache = HashCache(agent.runtime / "hashes.sqlite")
+    entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
+    try:
+        with repo.writer() as w:
+            _add_files(w, agent, cache, entries, report, snap_dir, layout, progress)
+            entries.seek(0)
+            w.add_file(ENTRIES, 0o600, entries)
+            if layout == 2:
+                _add_collections(w, agent, report)
+            w.add_blob(HEAD, M.dump(head.to_json()))
+            w.add_blob(SUMMARY, M.dump({
+                "entries": report.entries, "files": report.files, "data_bytes": report.bytes,
+                "collections": report.collections, "records": report.records}))
+            report.snapshot = w.commit({
+                "kind": "lnk-agent", "agent": s.name, "id": s.id, "layout": layout,
+                "files": report.files, "bytes": report.bytes,
+                "collections": report.collections}, time=time)
+            report.new_blobs = w.uploaded_blobs
+    finally:
+        entries.close()
+        cache.close()
+        shutil.rmtree(snap_dir, ignore_errors=True)
+    return report
+
+
+def _add_files(w: Any, agent: Agent, cache: HashCache, entries: IO[bytes],
+               report: BackupReport, snap_dir: str, layout: int,
+               progress: Callable[[int], None] | None) -> None:
+    from pathlib import Path
+
+    groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
+    for f in walk_agent(agent.folders.root, cache, WalkStats(), Path(snap_dir)):
+        if layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
+            continue
+        report.entries += 1
+        if f.kind == "d":
+            entry = M.FileEntry(f.rel, "d", f.mode)
+        else:
+            report.files += 1
+            sha, size, data = EMPTY_SHA, 0, False
+            if f.group is not None and not f.group_first and f.group in groups:
+                sha, size = groups[f.group]
+            elif f.size > 0 or f.group is not None:
+                assert f.source is not None
+                try:
+                    with open(f.source, "rb") as src:
+                        hr = _Hashing(src)
+                        w.add_file(f"agent/{f.rel}", f.mode, hr)
+                except FileNotFoundError:  # deleted while we walked: back up as empty
+                    report.entries -= 1
+                    report.files -= 1
+                    continue
+                sha, size, data = hr.h.hexdigest(), hr.n, hr.n > 0
+                if not data:
+                    sha = EMPTY_SHA
+                if f.group is not None:
+                    groups[f.group] = (sha, size)
+                report.bytes += size
+                if progress:
+                    progress(size)
+            entry = M.FileEntry(f.rel, "f", f.mode, size, sha, f.group, data, f.mtime_ns)
+        entries.write(M.dump(entry.to_json()) + b"\n")
+
+
+def _add_collections(w: Any, agent: Agent, report: BackupReport) -> None:
+    s = agent.settings
+    store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
+    try:
+        for i, cid in enumerate(store.collections()):
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL) as f:
+                for rec in store.export(cid):
+                    f.write(json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode())
+                    f.write(b"\n")
+                    report.records += 1
+                f.seek(0)
+                w.add_file(f"collections/{i:06d}.jsonl", 0o600, f)
+            report.collections += 1
+    finally:
+        store.close()
+
+
+# ---- listing ----------------------------------------------------------------------
+def snapshot_row(s: SnapshotInfo) -> dict[str, Any]:
+    return {"id": s.id, "time": s.time.isoformat(), "agent": s.meta.get("agent"),
+            "agent_id": s.meta.get("id"), "files": s.meta.get("files", s.files),
+            "bytes": s.meta.get("bytes", s.bytes),
+            "collections": s.meta.get("collections", 0), "layout": s.meta.get("layout")}
+
+
+def pick_snapshot(repo: Repository, name: str, snapshot: str | None) -> SnapshotInfo:
+    snaps = repo.list_snapshots()
+    if snapshot is not None:
+        found = [s for s in snaps if s.id == snapshot or s.id.startswith(snapshot)]
+        if len(found) != 1:
+            raise NotFound(f"no snapshot {snapshot!r} in {repo.bucket.describe()}"
+                           if not found else f"{snapshot!r} names {len(found)} snapshots",
+                           hint=f"lnk agent backup list --from {repo.bucket.describe()}")
+        return found[0]
+    mine = [s for s in snaps if s.meta.get("agent") == name]
+    if not mine:
+        names = sorted({str(s.meta.get("agent")) for s in snaps})
+        raise NotFound(f"no backup of {name!r} in {repo.bucket.describe()}"
+                       + (f" (it holds {', '.join(names)})" if names else " (it is empty)"),
+                       hint=f"lnk agent backup list --from {repo.bucket.describe()}")
+    return mine[-1]
+
+
+# ---- reading a snapshot back as records -------------------------------------------
+@dataclass
+class SnapshotParts:
+    head: dict[str, Any]
+    summary: dict[str, Any]
+    entries: IO[bytes]  # a local temporary copy of meta/entries.jsonl
+    collections: list[Entry]
+    others: list[str]  # names this lnk does not know
+
+
+def read_parts(reader: SnapshotReader) -> SnapshotParts:
+    head: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
+    colls: list[Entry] = []
+    others: list[str] = []
+    have_entries = False
+    for e in reader.entries():
+        if e.kind == "blob" and e.path == HEAD:
+            head = _json_obj(b"".join(reader.open(e)), "manifest")
+        elif e.kind == "blob" and e.path == SUMMARY:
+            summary = _json_obj(b"".join(reader.open(e)), "summary")
+        elif e.kind == "file" and e.path == ENTRIES:
+            for part in reader.open(e):
+                entries.write(part)
+            have_entries = True
+        elif e.kind == "file" and e.path.startswith("collections/"):
+            colls.append(e)
+        elif not e.path.startswith("agent/"):
+            others.append(e.path)
+    if head is None or summary is None or not have_entries:
+        entries.close()
+        raise BackupError(f"snapshot {reader.info.id} is not an agent's backup (no manifest, "
+                          "entries or summary)", hint="pick another snapshot: lnk agent backup list")
+    entries.seek(0)
+    return SnapshotParts(head, summary, entries, colls, others)
+
+
+def _json_obj(raw: bytes, what: str) -> dict[str, Any]:
+    d = M.load_json(raw, what)
+    if not isinstance(d, dict):
+        raise M.bad(f"the snapshot's {what} is not an object")
+    return d
+
+
+def data_files(reader: SnapshotReader) -> Iterator[Entry]:
+    for e in reader.entries():
+        if e.kind == "file" and e.path.startswith("agent/"):
+            yield e
+
+
+def next_data(files: Iterator[Entry], path: str) -> Entry:
+    e = next(files, None)
+    if e is None or e.path != f"agent/{path}":
+        raise BackupError(f"the snapshot's bytes of {path!r} are missing or out of order",
+                          hint="the snapshot is damaged; pick another (lnk agent backup list)")
+    return e
+
+
+def records_layout2(reader: SnapshotReader, parts: SnapshotParts,
+                    progress: Callable[[int], None] | None = None
+                    ) -> Iterator[tuple[int, bytes]]:
+    """The snapshot as the records of a stream, in stream order."""
+    yield M.HEAD, M.dump(parts.head)
+    files = data_files(reader)
+    batch: list[dict[str, Any]] = []
+
+    def flush() -> Iterator[tuple[int, bytes]]:
+        yield M.FILES, M.dump(batch)
+        for d in batch:
+            if isinstance(d, dict) and d.get("d") is True:
+                for chunk in reader.open(next_data(files, str(d.get("p")))):
+                    if progress:
+                        progress(len(chunk))
+                    yield M.DATA, chunk
+
+    for line in parts.entries:
+        batch.append(M.load_json(line, "file list"))
+        if len(batch) >= M.FILES_PER_RECORD:
+            yield from flush()
+            batch = []
+    if batch:
+        yield from flush()
+    for e in parts.collections:
+        for chunk in reader.open(e):
+            yield M.COLLECTION, chunk
+    yield M.SUMMARY, M.dump(parts.summary)

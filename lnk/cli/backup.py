@@ -1,0 +1,256 @@
+"""``lnk agent backup ...``, ``lnk agent restore``, ``lnk bucket label``, ``lnk backup key``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from lnk.agents import registry
+from lnk.agents.layout import Machine
+from lnk.cli.agent import agent, agent_option, json_option
+from lnk.cli.output import emit_json, out, progress_bar, say, table
+from lnk.errors import LnkError, UsageError
+from lnk.transport.buckets import open_bucket
+
+
+def _machine() -> Machine:
+    return Machine.current()
+
+
+def _size(n: int) -> str:
+    f = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if f < 1024 or unit == "GiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1024
+    return str(n)
+
+
+@agent.group("backup", invoke_without_command=True)
+@agent_option
+@click.option("--to", "url", metavar="URL", help="s3://bucket/prefix, gs://... or file:///path")
+@click.option("--keep", metavar="RULES", default=None,
+              help="then prune to RULES, e.g. daily=7,weekly=4")
+@click.option("--scheduled", is_flag=True, hidden=True, help="a run started by the schedule")
+@json_option
+@click.pass_context
+def backup(ctx: click.Context, agent_name: str | None, url: str | None, keep: str | None,
+           scheduled: bool, as_json: bool) -> None:
+    """Back the agent up to a bucket (or list, verify, prune, schedule backups)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not url:
+        raise UsageError("say where to back up to", hint="lnk agent backup --to URL")
+    from lnk.backup.agent import backup_agent
+    from lnk.backup.schedule import parse_keep, record_result
+
+    m = _machine()
+    a = registry.find(m, agent_name)
+    rules = parse_keep(keep)
+    bar = progress_bar(None, desc=f"backing up {a.name}")
+    try:
+        rep = backup_agent(m, a, url, progress=bar.update)
+        pruned = None
+        if rules:
+            from lnk.backup.agent import open_for_listing
+
+            pruned = open_for_listing(m, open_bucket(url), url).prune(rules)
+    except LnkError as e:
+        record_result(a, False, e.message, url=url)
+        raise
+    finally:
+        bar.close()
+    record_result(a, True, snapshot=rep.snapshot, url=url)
+    if rep.label_problem:
+        say(rep.label_problem)
+    if as_json:
+        emit_json(rep.to_json() | ({"pruned": pruned.forgotten} if pruned else {}))
+        return
+    out(rep.snapshot)
+    if not scheduled:
+        say(f"backed up {a.name}: {rep.files} files ({_size(rep.bytes)}), {rep.collections} "
+            f"collections; {rep.new_blobs} new blobs uploaded")
+    if pruned and pruned.forgotten:
+        say(f"pruned {len(pruned.forgotten)} snapshot(s)")
+
+
+@backup.command("schedule")
+@agent_option
+@click.option("--to", "url", metavar="URL", required=True)
+@click.option("--every", default="6h", show_default=True, help="how often: 30m, 6h, 1d")
+@click.option("--keep", metavar="RULES", default=None, help="retention, e.g. daily=7,weekly=4")
+@json_option
+def schedule_(agent_name: str | None, url: str, every: str, keep: str | None,
+              as_json: bool) -> None:
+    """Back the agent up on a schedule (systemd user timer, launchd, or a crontab line)."""
+    from lnk.backup.schedule import install, parse_every, parse_keep
+
+    m = _machine()
+    a = registry.find(m, agent_name)
+    open_bucket(url)  # a malformed URL fails now, not at 3 am
+    sched = install(m, a, url, parse_every(every), parse_keep(keep))
+    if as_json:
+        emit_json(sched.to_json())
+        return
+    for f in sched.files:
+        say(f"wrote {f}")
+    if sched.installed:
+        say(f"{a.name} is backed up every {every} to {url}")
+    else:
+        say(sched.note)
+        out(sched.crontab)
+
+
+def _listing(url: str):  # type: ignore[no-untyped-def,unused-ignore]
+    from lnk.backup.agent import open_for_listing
+
+    return open_for_listing(_machine(), open_bucket(url), url)
+
+
+@backup.command("list")
+@click.option("--from", "url", metavar="URL", required=True)
+@json_option
+def list_(url: str, as_json: bool) -> None:
+    """List the snapshots in a bucket."""
+    from lnk.backup.agent import snapshot_row
+
+    rows = [snapshot_row(s) for s in _listing(url).list_snapshots()]
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        say(f"no backups in {url} yet")
+        return
+    table([[r["id"][:12], r["time"][:19], str(r["agent"]), str(r["files"]), _size(r["bytes"])]
+           for r in rows], ["ID", "TIME", "AGENT", "FILES", "SIZE"])
+
+
+@backup.command("verify")
+@click.option("--from", "url", metavar="URL", required=True)
+@click.option("--read-data", is_flag=True, help="download every pack and check its SHA-256")
+@json_option
+def verify_(url: str, read_data: bool, as_json: bool) -> None:
+    """Check that every snapshot's data is there (and intact, with --read-data)."""
+    from lnk.errors import BackupError
+
+    rep = _listing(url).verify(read_data=read_data)
+    if as_json:
+        emit_json({"ok": rep.ok, "snapshots": rep.snapshots, "packs": rep.packs,
+                   "packs_read": rep.packs_read, "problems": rep.problems})
+    else:
+        for p in rep.problems:
+            out(p)
+        say(f"{rep.snapshots} snapshots, {rep.packs} packs"
+            f"{f' ({rep.packs_read} read)' if read_data else ''}: "
+            f"{'ok' if rep.ok else f'{len(rep.problems)} problem(s)'}")
+    if not rep.ok:
+        raise BackupError(f"{url} has {len(rep.problems)} problem(s)",
+                          hint="back up again to store what is missing; "
+                               "lnk agent backup list shows what is there")
+
+
+@backup.command("prune")
+@click.option("--from", "url", metavar="URL", required=True)
+@click.option("--keep", metavar="RULES", required=True, help="e.g. daily=7,weekly=4")
+@click.option("--dry-run", is_flag=True, help="say what would go, remove nothing")
+@json_option
+def prune_(url: str, keep: str, dry_run: bool, as_json: bool) -> None:
+    """Forget the snapshots the rules do not keep, and delete data none needs."""
+    from lnk.backup.schedule import parse_keep
+
+    rep = _listing(url).prune(parse_keep(keep), dry_run=dry_run)
+    if as_json:
+        emit_json({"kept": rep.kept, "forgotten": rep.forgotten,
+                   "deleted_packs": rep.deleted_packs, "deferred": rep.deferred,
+                   "dry_run": dry_run})
+        return
+    say(f"kept {len(rep.kept)}, forgot {len(rep.forgotten)} snapshot(s), deleted "
+        f"{len(rep.deleted_packs)} pack(s)" + (" (a backup runs: packs kept for now)"
+                                               if rep.deferred else ""))
+
+
+@agent.command("restore")
+@click.argument("name")
+@click.option("--from", "url", metavar="URL", required=True)
+@click.option("--snapshot", metavar="ID", default=None, help="default: the newest of NAME")
+@click.option("--force", is_flag=True, help="overwrite the agent if it lives here")
+@json_option
+def restore(name: str, url: str, snapshot: str | None, force: bool, as_json: bool) -> None:
+    """Put the agent NAME back from a backup."""
+    from lnk.backup.agent_restore import restore_agent
+
+    bar = progress_bar(None, desc=f"restoring {name}")
+    try:
+        rep = restore_agent(_machine(), name, url, snapshot=snapshot, force=force,
+                            progress=bar.update)
+    finally:
+        bar.close()
+    if as_json:
+        emit_json(rep.to_json())
+        return
+    out(rep.id)
+    say(f"restored {rep.agent} from snapshot {rep.snapshot[:12]}: {rep.files} files, "
+        f"{rep.collections} collections" + (" (older layout)" if rep.layout == 1 else ""))
+    if rep.kept_aside:
+        say(f"the agent that was here is kept in {rep.kept_aside}")
+    for g in rep.dropped_grants:
+        say(f"grant not restored (give it here with lnk agent allow): {g}")
+
+
+# ---- top-level: lnk bucket, lnk backup ------------------------------------------------
+@click.group()
+def bucket() -> None:
+    """Buckets that hold backups."""
+
+
+@bucket.command("label")
+@click.argument("url")
+@json_option
+def label(url: str, as_json: bool) -> None:
+    """Label the bucket lnk-layout=2 (with your own account's credentials)."""
+    from lnk.backup.agent import LABEL, LAYOUT, label_bucket
+
+    b = open_bucket(url)
+    label_bucket(b)
+    if as_json:
+        emit_json({"url": url, "labels": {LABEL: LAYOUT}})
+    else:
+        say(f"labelled {b.describe()} {LABEL}={LAYOUT}")
+
+
+@click.group("backup")
+def backup_top() -> None:
+    """The owner's backup key."""
+
+
+@backup_top.group()
+def key() -> None:
+    """Export or import the owner's backup key."""
+
+
+@key.command("export")
+@click.option("--public", "public_only", is_flag=True,
+              help="leave the private key out: for a box that backs up but never reads")
+def export(public_only: bool) -> None:
+    """Print the backup key (SECRET: it reads every backup) and the repositories' secrets."""
+    from lnk.backup import agent_keys
+
+    keys = agent_keys.ensure(_machine())
+    sys.stdout.write(agent_keys.export_text(keys, include_private=not public_only))
+    if sys.stdout.isatty():
+        say("this is a secret: redirect it to a file, e.g. lnk backup key export > key")
+
+
+@key.command("import")
+@json_option
+def import_(as_json: bool) -> None:
+    """Install a backup key read from stdin (what lnk backup key export printed)."""
+    from lnk.backup import agent_keys
+
+    keys = agent_keys.import_keys(_machine(), agent_keys.parse_text(sys.stdin.read()))
+    if as_json:
+        emit_json({"private": keys.private is not None, "repositories": sorted(keys.repos)})
+    else:
+        say(f"imported the backup key ({'with' if keys.private else 'without'} its private "
+            f"half) and {len(keys.repos)} repository secret(s)")
