@@ -21,6 +21,7 @@ def run_demo(folder: Path | None, sandbox: bool, say: Say) -> Path:
     root = Path(tempfile.mkdtemp(prefix="lnk-demo-")) if folder is None else folder
     root.mkdir(parents=True, exist_ok=True)
     a, b = LocalLeg(root / "a", name="a"), LocalLeg(root / "b", name="b")
+    (root / "backups").mkdir(exist_ok=True)  # a folder standing in for a bucket
     backups = f"file://{root / 'backups'}"
 
     def step(leg: LocalLeg, *args: str) -> str:
@@ -34,6 +35,9 @@ def run_demo(folder: Path | None, sandbox: bool, say: Say) -> Path:
     say(f"demo machines live in {root}: a (this computer), b, and box (a local box)")
     step(a, "agent", "create", "demo")
     step(a, "agent", "start", "--agent", "demo", *([] if sandbox else ["--no-sandbox"]))
+    notes = root / "a" / "Link" / "Agents" / "demo" / "Home" / "notes.md"
+    notes.write_text("# Notes\n\nA file of yours, in the agent's Home.\n")
+    say(f"[a] wrote {notes}")
     step(a, "agent", "chat", "send", "--agent", "demo", "hello")
     step(a, "agent", "status", "--agent", "demo")
     step(a, "agent", "backup", "--agent", "demo", "--to", backups)

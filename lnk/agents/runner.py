@@ -39,6 +39,7 @@ from lnk.bridges.proof import new_key
 from lnk.errors import AgentNotRunning, LnkError, NotFound, PortsUnavailable, Refused
 from lnk.sandbox import bwrap
 from lnk.sandbox.relay import TcpToUnixRelay
+from lnk.sandbox.unixsock import connect_unix
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 70.0  # the harness lets a running turn end (up to 60 s)
@@ -89,7 +90,7 @@ def _connects_unix(path: Path) -> bool:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(0.5)
     try:
-        s.connect(str(path))
+        connect_unix(s, path)
         return True
     except OSError:
         return False

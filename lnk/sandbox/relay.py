@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from lnk.errors import PortsUnavailable
+from lnk.sandbox.unixsock import connect_unix
 
 CHUNK = 64 * 1024
 
@@ -86,7 +87,7 @@ class TcpToUnixRelay:
     def _carry(self, client: socket.socket) -> None:
         inner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            inner.connect(str(self.unix_path))
+            connect_unix(inner, self.unix_path)
         except OSError as e:
             sys.stdout.write(f"lnk runner: relay: the sandbox's socket does not answer: {e}\n")
             sys.stdout.flush()

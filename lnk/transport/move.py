@@ -268,26 +268,36 @@ def _abandon(dst: Leg, e: Entry) -> None:
             dst.run(["agent", "state-receive", "--abandon", "--receiver", e.receiver])
 
 
+def _remove_copy(dst: Leg, e: Entry) -> LnkError | None:
+    """Remove the agent's copy at the destination; an error if the box doesn't answer."""
+    try:
+        if not e.at_least("committed") and not _holds(dst, e):
+            return None
+    except TransportError as err:
+        return err
+    for args in (["agent", "stop", "--agent", e.agent],
+                 ["agent", "remove", e.agent, "--yes", "--files", "delete"]):
+        if dst.run(args, check=False).returncode == SSH_FAILED:
+            # the box doesn't answer: its copy stays an entry until it does
+            return TransportError(f"{dst.name} does not answer, so {e.agent}'s copy there "
+                                  "is not removed yet")
+    return None
+
+
 def _undo(machine: Machine, e: Entry, say: Say) -> None:
     """Put the agent back where it was; keep the entry if a box doesn't answer."""
     src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
     stale: LnkError | None = None
     try:
-        if e.at_least("committed"):
-            if not _holds(src, e):
-                # the copy where it was is gone already: the only way left is forward
-                say(f"{e.agent} is no longer on {src.name}; finishing the move instead")
-                e.set(failed=None)
-                _finish_forward(machine, e, say)
-                return
-            if not e.dst_had_agent:
-                for args in (["agent", "stop", "--agent", e.agent],
-                             ["agent", "remove", e.agent, "--yes", "--files", "delete"]):
-                    if dst.run(args, check=False).returncode == SSH_FAILED:
-                        # the box doesn't answer: its copy stays an entry until it does
-                        stale = TransportError(f"{dst.name} does not answer, so {e.agent}'s "
-                                               "copy there is not removed yet")
-                        break
+        if e.at_least("committed") and not _holds(src, e):
+            # the copy where it was is gone already: the only way left is forward
+            say(f"{e.agent} is no longer on {src.name}; finishing the move instead")
+            e.set(failed=None)
+            _finish_forward(machine, e, say)
+            return
+        if e.at_least("paused") and not e.dst_had_agent:
+            # a final stream that got through before its leg failed committed there too
+            stale = _remove_copy(dst, e)
         _abandon(dst, e)
         if e.was_running:
             src.run(["agent", "start", "--agent", e.agent])

@@ -72,9 +72,8 @@ SSH = [  # (victim, how, where it ends)
     ("mover", "move:after-pause", "src"),
     ("receiver", "receive:mid-final", "src"),
     ("ssh", "agent pause|after", "src"),  # the box paused, its ssh killed after
-    ("ssh", "state-receive --receiver|mid-in", "src"),  # into the box, mid-bulk
     ("ssh", "--phase final|mid-out", "src"),  # out of the box, mid-final
-    ("ssh", "agent start|after", "dst"),  # the box started it; its ssh killed after
+    ("ssh", "agent start|after", "src"),  # the box started it, its ssh killed: undone
 ]
 
 

@@ -1,0 +1,80 @@
+"""Moves that must fail cleanly: a full disk, a box that stops answering, another stream
+format, a name taken at the destination."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from move_helpers import AGENT, HERE, PYTHON, World, make_agent, put_file
+
+SSHFAULT = Path(__file__).with_name("sshfault.py")
+
+
+def _answers_here(world: World, agent_id: str) -> None:
+    assert world.exactly_one(agent_id) == HERE
+    assert world.journal_empty()
+
+
+def test_disk_full_at_the_destination(world: World) -> None:
+    agent_id = make_agent(world)
+    put_file(world, HERE, "big.bin", 4 << 20)
+    link = world.boxes["b1"] / "Link"
+    link.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(link)], check=True)
+    try:
+        r = world.lnk("agent", "move", "--agent", AGENT, "--to", "b1")
+        assert r.code != 0 and "lnk: error:" in r.err, r.err
+    finally:
+        subprocess.run(["umount", "-l", str(link)], check=True)
+    _answers_here(world, agent_id)
+
+
+def test_a_box_that_stops_answering(ssh_world: World, tmp_path: Path) -> None:
+    """hostA goes down once the final stream committed there: the agent resumes here, the
+    journal keeps the move until hostA answers, and the next start removes its copy there."""
+    agent_id = make_agent(ssh_world)
+    down = tmp_path / "down"
+    env = {"LNK_SSH_COMMAND": f"{PYTHON} {SSHFAULT} {ssh_world.env['LNK_SSH_COMMAND'][4:]}",
+           "SSHFAULT": "state-receive --receiver|after", "SSHFAULT_NTH": "2",
+           "SSHFAULT_ONCE": str(tmp_path / "fired"), "SSHFAULT_DOWN": str(down)}
+    r = ssh_world.lnk("agent", "move", "--agent", AGENT, "--to", "hostA", env=env)
+    assert r.code != 0 and down.exists(), r.err
+    st = ssh_world.status(HERE)
+    assert st is not None and st["running"] and st["id"] == agent_id
+    assert not ssh_world.journal_empty(), "the move's entry was dropped while hostA is down"
+    assert ssh_world.has_settings("hostA")  # the stale copy, not removed yet
+    r = ssh_world.lnk("agent", "start", "--agent", AGENT, env=env)  # still down: stays
+    assert not ssh_world.journal_empty()
+    down.unlink()
+    ssh_world.ok("agent", "start", "--agent", AGENT, env=env)
+    assert not ssh_world.has_settings("hostA")
+    _answers_here(ssh_world, agent_id)
+
+
+def test_another_stream_format_is_refused(ssh_world: World, tmp_path: Path) -> None:
+    agent_id = make_agent(ssh_world)
+    fake = tmp_path / "old-lnk"
+    fake.write_text('#!/bin/sh\nif [ "$1" = version ]; then\n'
+                    '  echo \'{"version": "0.0.9", "stream_format": 3}\'; exit 0\nfi\n'
+                    'exec lnk "$@"\n')
+    fake.chmod(0o755)
+    r = ssh_world.lnk("agent", "move", "--agent", AGENT, "--to", "hostA",
+                      env={"LNK_REMOTE_LNK": str(fake)})
+    assert r.code != 0 and "format 3" in r.err and "4" in r.err, r.err
+    assert not (ssh_world.boxes["hostA"] / ".lnk" / "receivers").exists()
+    _answers_here(ssh_world, agent_id)
+
+
+def test_a_name_taken_at_the_destination(world: World) -> None:
+    agent_id = make_agent(world)
+    other = world.ok("agent", "create", AGENT, "--json", env={"HOME": str(world.boxes["b1"])})
+    r = world.lnk("agent", "move", "--agent", AGENT, "--to", "b1")
+    assert r.code != 0 and "already" in r.err, r.err
+    st = world.status("b1")
+    assert st is not None and st["id"] == other.json()["id"] != agent_id
+    receivers = world.boxes["b1"] / ".lnk" / "receivers"
+    assert not receivers.exists() or not list(receivers.iterdir())
+    st = world.status(HERE)
+    assert st is not None and st["running"] and st["id"] == agent_id
+    assert world.journal_empty()
