@@ -39,6 +39,7 @@ not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -57,7 +58,7 @@ import zstandard
 HERE_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE_DIR))
 
-from gen_agent import GIB, KIB, MIB, Chatter, RandomBytes, generate  # noqa: E402
+from gen_agent import GIB, MIB, Chatter, RandomBytes, generate  # noqa: E402
 
 from lnk.agents import registry  # noqa: E402
 from lnk.agents.layout import Machine  # noqa: E402
@@ -76,6 +77,7 @@ class Run:
     seconds: float
     max_rss: int  # bytes
     out: str
+    cpu: float = 0.0  # user + system seconds of the tree
 
 
 def drop_caches(cold: bool) -> None:
@@ -109,17 +111,15 @@ def run(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | N
         if p.returncode:
             raise RuntimeError(f"{' '.join(argv)} -> {p.returncode}:\n"
                                f"{err.read().decode(errors='replace')[-3000:]}")
-    return Run(dt, usage.ru_maxrss * 1024, text)
+    return Run(dt, usage.ru_maxrss * 1024, text, usage.ru_utime + usage.ru_stime)
 
 
 def tree_size(root: Path) -> int:
     total = 0
     for dirpath, _dirs, names in os.walk(root):
         for nm in names:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 total += os.lstat(os.path.join(dirpath, nm)).st_size
-            except FileNotFoundError:
-                pass
     return total
 
 
@@ -205,6 +205,9 @@ class Result:
     restore_s: float = 0.0
     restore_rss: int = 0
     restored_bytes: int = 0
+    first_cpu: float = 0.0
+    incr_cpu: float = 0.0
+    restore_cpu: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -266,6 +269,7 @@ class Round:
                 grown = tree_size(repos[t]) - before
                 setattr(res[t], f"{phase}_s", r.seconds)
                 setattr(res[t], f"{phase}_rss", r.max_rss)
+                setattr(res[t], f"{phase}_cpu", r.cpu)
                 setattr(res[t], f"{phase}_bytes", grown)
         self.repos = repos
         return res, changed
@@ -278,16 +282,19 @@ class Round:
         self.lnk("backup", "key", "import", home=home_b, stdin=key, timed=False)
         r = self.lnk("agent", "restore", NAME, "--from", f"file://{repos['lnk']}", home=home_b)
         res["lnk"].restore_s, res["lnk"].restore_rss = r.seconds, r.max_rss
+        res["lnk"].restore_cpu = r.cpu
         res["lnk"].restored_bytes = tree_size(Machine(home_b).folders(NAME).root)
         dest = self.work / "restic-out"
         r = self.tool(["restic", "-q", "-r", str(repos["restic"]), "restore", "latest",
                        "--target", str(dest)])
         res["restic"].restore_s, res["restic"].restore_rss = r.seconds, r.max_rss
+        res["restic"].restore_cpu = r.cpu
         res["restic"].restored_bytes = tree_size(dest)
         dest = self.work / "borg-out"
         dest.mkdir()
         r = self.tool(["borg", "extract", f"{repos['borg']}::snap1"], cwd=dest)
         res["borg"].restore_s, res["borg"].restore_rss = r.seconds, r.max_rss
+        res["borg"].restore_cpu = r.cpu
         res["borg"].restored_bytes = tree_size(dest)
 
 
@@ -308,7 +315,7 @@ def table(rounds: list[dict[str, Result]], changed: int, state: int) -> str:
     def m(tool: str, attr: str) -> float:
         return med([getattr(r[tool], attr) for r in rounds])
 
-    rows: list[tuple[str, str, str, str, str, str]] = []
+    rows: list[tuple[str, ...]] = []
     f = {t: m(t, "first_s") for t in TOOLS}
     i = {t: m(t, "incr_s") for t in TOOLS}
     rs = {t: m(t, "restore_s") for t in TOOLS}
@@ -335,6 +342,9 @@ def table(rounds: list[dict[str, Result]], changed: int, state: int) -> str:
     rows.append(("peak RSS, all (MiB)", *(f"{pk[t] / MIB:.0f}" for t in TOOLS),
                  f"<= restic = {pk['restic'] / MIB:.0f} and <= 200",
                  verdict(pk["lnk"] <= pk["restic"] and pk["lnk"] <= MEM_CAP)))
+    for label, attr in (("CPU s (user+sys), first", "first_cpu"),
+                        ("CPU s, incremental", "incr_cpu"), ("CPU s, restore", "restore_cpu")):
+        rows.append((label, *(f"{m(t, attr):.2f}" for t in TOOLS), "", ""))
     head = ("", "lnk", "restic", "borg", "target", "")
     widths = [max(len(r[k]) for r in [head, *rows]) for k in range(6)]
     lines = [f"state {mb(state)}, {len(rounds)} round(s), medians; changed bytes after "

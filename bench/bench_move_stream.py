@@ -36,7 +36,7 @@ from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen_agent import GIB, generate, tree_bytes  # noqa: E402
+from gen_agent import GIB, generate, tree_bytes
 
 LNK = [sys.executable, "-m", "lnk"]
 NAME = "bench"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
 from lnk.backup import agent_keys
+from lnk.backup.filecache import ChunkCache
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.errors import BackupError, FormatMismatch, NotFound, Refused
@@ -178,14 +180,15 @@ def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | N
     head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, "full")
     snap_dir = tempfile.mkdtemp(prefix="lnk-backup-")
     cache = HashCache(agent.runtime / "hashes.sqlite")
+    chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
     try:
         with repo.writer() as w:
-            _add_files(w, agent, cache, entries, report, snap_dir, layout, progress)
+            _add_files(w, agent, (cache, chunks), entries, report, snap_dir, layout, progress)
             entries.seek(0)
             w.add_file(ENTRIES, 0o600, entries)
             if layout == 2:
-                _add_collections(w, agent, report)
+                _add_collections(w, agent, report, chunks)
             w.add_blob(HEAD, M.dump(head.to_json()))
             w.add_blob(SUMMARY, M.dump({
                 "entries": report.entries, "files": report.files, "data_bytes": report.bytes,
@@ -198,17 +201,20 @@ def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | N
     finally:
         entries.close()
         cache.close()
+        chunks.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
     return report
 
 
-def _add_files(w: Any, agent: Agent, cache: HashCache, entries: IO[bytes],
+def _add_files(w: Any, agent: Agent, caches: tuple[HashCache, ChunkCache], entries: IO[bytes],
                report: BackupReport, snap_dir: str, layout: int,
                progress: Callable[[int], None] | None) -> None:
     from pathlib import Path
 
+    cache, chunks = caches
     groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
-    for f in walk_agent(agent.folders.root, cache, WalkStats(), Path(snap_dir)):
+    walk = walk_agent(agent.folders.root, cache, WalkStats(), Path(snap_dir), hash_files=False)
+    for f in walk:
         if layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
             continue
         report.entries += 1
@@ -221,15 +227,14 @@ def _add_files(w: Any, agent: Agent, cache: HashCache, entries: IO[bytes],
                 sha, size = groups[f.group]
             elif f.size > 0 or f.group is not None:
                 assert f.source is not None
+                live = not str(f.source).startswith(snap_dir)  # not a SQLite snapshot
                 try:
-                    with open(f.source, "rb") as src:
-                        hr = _Hashing(src)
-                        w.add_file(f"agent/{f.rel}", f.mode, hr)
+                    sha, size = _add_one(w, f.rel, f.mode, f.source, cache, chunks, live)
                 except FileNotFoundError:  # deleted while we walked: back up as empty
                     report.entries -= 1
                     report.files -= 1
                     continue
-                sha, size, data = hr.h.hexdigest(), hr.n, hr.n > 0
+                data = size > 0
                 if not data:
                     sha = EMPTY_SHA
                 if f.group is not None:
@@ -241,18 +246,53 @@ def _add_files(w: Any, agent: Agent, cache: HashCache, entries: IO[bytes],
         entries.write(M.dump(entry.to_json()) + b"\n")
 
 
-def _add_collections(w: Any, agent: Agent, report: BackupReport) -> None:
+def _add_one(w: Any, rel: str, mode: int, source: Any, cache: HashCache, chunks: ChunkCache,
+             live: bool) -> tuple[str, int]:
+    """Store one file's bytes as agent/<rel>; its (SHA-256, size) as stored.  A file
+    whose fstat matches what the last backup to this repository read is not read."""
+    path = f"agent/{rel}"
+    with open(source, "rb") as src:
+        st = os.fstat(src.fileno())
+        hit = chunks.file(rel, st) if live else None
+        if (hit is not None and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
+                and w.add_known(path, mode, st.st_size, hit[1])):
+            return hit[0], st.st_size
+        hr = _Hashing(src)
+        ids = w.add_file(path, mode, hr)
+        sha = hr.h.hexdigest()
+        if live and hr.n == st.st_size and ChunkCache.key(os.fstat(src.fileno())) == \
+                ChunkCache.key(st):
+            chunks.store_file(rel, st, sha, ids)
+            cache.store(rel, st, sha)
+    return sha, hr.n
+
+
+def _add_collections(w: Any, agent: Agent, report: BackupReport, chunks: ChunkCache) -> None:
+    from lnk.collections.records import FORMAT_VERSION
+
     s = agent.settings
     store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
     try:
         for i, cid in enumerate(store.collections()):
+            path = f"collections/{i:06d}.jsonl"
+            key = f"{s.store}\0{cid.kind}\0{cid.name}"
+            mark = f"{FORMAT_VERSION}:{store.watermark(cid)}"  # read before the export
+            hit = chunks.collection(key, mark)
+            if hit is not None and w.add_known(path, 0o600, hit[0], hit[2]):
+                report.records += hit[1]
+                report.collections += 1
+                continue
+            records = 0
             with tempfile.SpooledTemporaryFile(max_size=SPOOL) as f:
                 for rec in store.export(cid):
                     f.write(json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode())
                     f.write(b"\n")
-                    report.records += 1
+                    records += 1
+                size = f.tell()
                 f.seek(0)
-                w.add_file(f"collections/{i:06d}.jsonl", 0o600, f)
+                ids = w.add_file(path, 0o600, f)
+            chunks.store_collection(key, mark, size, records, ids)
+            report.records += records
             report.collections += 1
     finally:
         store.close()

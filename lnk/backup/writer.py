@@ -8,18 +8,29 @@ the dedup key; a chunk the repository already holds is not uploaded again.
 
 Commit order: packs (each followed by its own index object, so an interrupted
 run leaves reusable data) -> the tree -> the snapshot object, the one commit.
+
+Speed: within a file, up to ``INFLIGHT`` chunks are named, compressed and
+sealed at once on a small thread pool (hashlib, zstandard and AES-GCM release
+the GIL), and a full pack is uploaded by one background thread while the next
+fills; both are waited for before :meth:`SnapshotWriter.add_file` returns, so
+what it added is in the bucket when it returns.
 Names are random, nothing is read-modified-written, so two runs at once never
 corrupt each other.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import secrets
 import struct
 import tempfile
+import threading
 import time as _time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -31,6 +42,8 @@ from lnk.errors import BackupError, InvalidInput
 
 PACK_MAGIC = b"LNKPACK1"
 LOCK_REFRESH = 600.0  # seconds between refreshes of the in-progress marker
+WORKERS = 2  # threads that name, compress and seal chunks
+INFLIGHT = 4  # chunks being sealed at once (bounds memory: about 2 MiB each)
 
 
 def run_info(repo: Repository, run_id: bytes) -> bytes:
@@ -59,7 +72,10 @@ class SnapshotWriter:
         self._buf = bytearray()
         self._referenced: set[str] = set()
         self._tree = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024)  # noqa: SIM115
-        self._cctx = zstandard.ZstdCompressor(level=3)
+        self._local = threading.local()  # a zstd compressor per thread
+        self._pool = ThreadPoolExecutor(WORKERS, "lnk-backup-seal")
+        self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
+        self._upload: Future[None] | None = None
         self.files = 0
         self.bytes = 0
         self.uploaded_blobs = 0
@@ -74,26 +90,54 @@ class SnapshotWriter:
 
     # ---- adding -------------------------------------------------------------
 
-    def add_file(self, path: str, mode: int, fileobj: IO[bytes]) -> None:
+    def add_file(self, path: str, mode: int, fileobj: IO[bytes]) -> list[str]:
         """Store a file read from ``fileobj`` (streamed, one chunk at a time)
-        under the relative ``path`` with permission bits ``mode``."""
+        under the relative ``path`` with permission bits ``mode``; returns its
+        chunk IDs (hex), for :meth:`add_known` in a later run."""
         _check_path(path)
+        inflight: deque[Future[tuple[bytes, bytes | None]]] = deque()
         chunks: list[str] = []
         size = 0
-        while True:
-            data = fileobj.read(self.repo.chunk_size)
-            if not data:
-                break
-            while len(data) < self.repo.chunk_size:  # short reads from pipes
-                more = fileobj.read(self.repo.chunk_size - len(data))
-                if not more:
+        try:
+            while True:
+                data = fileobj.read(self.repo.chunk_size)
+                if not data:
                     break
-                data += more
-            chunks.append(self._add_chunk("data", data).hex())
-            size += len(data)
+                while len(data) < self.repo.chunk_size:  # short reads from pipes
+                    more = fileobj.read(self.repo.chunk_size - len(data))
+                    if not more:
+                        break
+                    data += more
+                inflight.append(self._pool.submit(self._seal, "data", data))
+                size += len(data)
+                if len(inflight) >= INFLIGHT:
+                    chunks.append(self._settle("data", inflight.popleft()).hex())
+            while inflight:
+                chunks.append(self._settle("data", inflight.popleft()).hex())
+            self._wait_upload()
+        finally:
+            for fut in inflight:
+                fut.cancel()
         self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
         self.files += 1
         self.bytes += size
+        return chunks
+
+    def add_known(self, path: str, mode: int, size: int, chunks: list[str]) -> bool:
+        """Store a file whose chunks (from an earlier :meth:`add_file`) the repository
+        holds, without reading it; False (nothing added) if any of them is gone."""
+        _check_path(path)
+        try:
+            refs = [self.known.get(bytes.fromhex(c)) for c in chunks]
+        except ValueError:
+            return False
+        if any(r is None for r in refs):
+            return False
+        self._referenced.update(r.pack for r in refs if r is not None)
+        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
+        self.files += 1
+        self.bytes += size
+        return True
 
     def add_blob(self, name: str, data: bytes) -> None:
         """Store a small piece of metadata under ``name`` (read back by name)."""
@@ -101,22 +145,37 @@ class SnapshotWriter:
             raise InvalidInput("a blob needs a name")
         chunks = [self._add_chunk("data", data[i:i + self.repo.chunk_size]).hex()
                   for i in range(0, len(data), self.repo.chunk_size)]
+        self._wait_upload()
         self._entry({"t": "b", "name": name, "size": len(data), "chunks": chunks})
 
     def _entry(self, doc: dict[str, Any]) -> None:
         self._tree.write(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
 
-    def _add_chunk(self, kind: str, data: bytes) -> bytes:
-        blob_id = crypto.keyed_id(self.repo.dedup_key, kind.encode() + b"\0" + data)
+    def _seal(self, kind: str, data: bytes) -> tuple[bytes, bytes | None]:
+        """(blob ID, sealed blob), or (ID, None) when the repository holds it already.
+        Runs on the pool: reads ``known`` only."""
+        h = hmac.new(self.repo.dedup_key, kind.encode() + b"\0", hashlib.sha256)
+        h.update(data)
+        blob_id = h.digest()
+        if blob_id in self.known:
+            return blob_id, None
+        cctx = getattr(self._local, "cctx", None)
+        if cctx is None:
+            cctx = self._local.cctx = zstandard.ZstdCompressor(level=3)
+        packed = cctx.compress(data)
+        plain = b"\x01" + packed if len(packed) < len(data) else b"\x00" + data
+        return blob_id, crypto.encrypt(self._data_key, plain, blob_aad(self.repo, kind, blob_id))
+
+    def _settle(self, kind: str, fut: Future[tuple[bytes, bytes | None]]) -> bytes:
+        """Put a sealed chunk into the pack (in the order chunks were added)."""
+        blob_id, sealed = fut.result()
         ref = self.known.get(blob_id)
         if ref is not None:
             self._referenced.add(ref.pack)
             return blob_id
         if blob_id in self._pending:
             return blob_id
-        packed = self._cctx.compress(data)
-        plain = b"\x01" + packed if len(packed) < len(data) else b"\x00" + data
-        sealed = crypto.encrypt(self._data_key, plain, blob_aad(self.repo, kind, blob_id))
+        assert sealed is not None  # known only grows: a chunk the pool found is known
         offset = len(self._header) + len(self._buf)
         self._buf += sealed
         self._pending[blob_id] = (kind, offset, len(sealed))
@@ -125,14 +184,16 @@ class SnapshotWriter:
             self._flush()
         return blob_id
 
+    def _add_chunk(self, kind: str, data: bytes) -> bytes:
+        return self._settle(kind, self._pool.submit(self._seal, kind, data))
+
     def _flush(self) -> None:
+        """Hand the pack (and then its index) to the upload thread."""
         if not self._pending:
             return
-        import hashlib
-
         name = new_name()
         body = self._header + bytes(self._buf)
-        self.bucket.put(pack_key(name), body)
+        self._buf = bytearray()
         index = {
             "pack": name,
             "run": self.run_id.hex(),
@@ -140,15 +201,28 @@ class SnapshotWriter:
             "sha256": hashlib.sha256(body).hexdigest(),
             "blobs": [[i.hex(), k, o, n] for i, (k, o, n) in self._pending.items()],
         }
-        key = f"index/{name}"
-        self.bucket.put(key, self.repo.seal_object(key, index))
+        self._wait_upload()  # one pack in the air at a time
+        self._upload = self._uploader.submit(self._put_pack, name, body, index)
         for blob_id, (kind, offset, length) in self._pending.items():
             self.known[blob_id] = BlobRef(name, offset, length, kind)
         self._referenced.add(name)
         self._pending.clear()
-        self._buf = bytearray()
+
+    def _put_pack(self, name: str, body: bytes, index: dict[str, Any]) -> None:
+        self.bucket.put(pack_key(name), body)
+        key = f"index/{name}"
+        self.bucket.put(key, self.repo.seal_object(key, index))
+
+    def _wait_upload(self) -> None:
+        up, self._upload = self._upload, None
+        if up is not None:
+            up.result()
         if _time.monotonic() - self._lock_time > LOCK_REFRESH:
             self._touch_lock()
+
+    def _shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._uploader.shutdown(wait=True)
 
     def _touch_lock(self) -> None:
         doc = {"run": self.run_id.hex(), "started": datetime.now(UTC).isoformat()}
@@ -172,6 +246,8 @@ class SnapshotWriter:
                 break
             tree.append(self._add_chunk("tree", part).hex())
         self._flush()
+        self._wait_upload()
+        self._shutdown()
         present = {k.rsplit("/", 1)[1] for k, _ in self.bucket.list("data/")}
         missing = self._referenced - present
         if missing:
@@ -198,6 +274,7 @@ class SnapshotWriter:
 
     def abort(self) -> None:
         """Give up: nothing is committed; uploaded packs stay for the next run."""
+        self._shutdown()
         self._tree.close()
         self.bucket.delete(self.lock_key)
 

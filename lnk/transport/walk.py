@@ -127,8 +127,12 @@ def sqlite_snapshot(path: Path, into: Path) -> Path:
 
 
 def walk_agent(agent_root: Path, cache: HashCache, stats: WalkStats,
-               snapshot_dir: Path | None = None) -> Iterator[WalkedFile]:
-    """Every folder and regular file under the agent's file roots, in a stable order."""
+               snapshot_dir: Path | None = None, *, hash_files: bool = True
+               ) -> Iterator[WalkedFile]:
+    """Every folder and regular file under the agent's file roots, in a stable order.
+
+    ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
+    caller that reads and hashes every file anyway, such as a backup)."""
     groups: dict[tuple[int, int], int] = {}
     snap_dir = snapshot_dir or Path(tempfile.mkdtemp(prefix="lnk-snap-"))
     for root in FILE_ROOTS:
@@ -139,11 +143,12 @@ def walk_agent(agent_root: Path, cache: HashCache, stats: WalkStats,
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue
-        yield from _walk_dir(top, root, cache, stats, groups, snap_dir)
+        yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files)
 
 
 def _walk_dir(path: Path, rel: str, cache: HashCache, stats: WalkStats,
-              groups: dict[tuple[int, int], int], snap_dir: Path) -> Iterator[WalkedFile]:
+              groups: dict[tuple[int, int], int], snap_dir: Path,
+              hash_files: bool = True) -> Iterator[WalkedFile]:
     st = os.lstat(path)
     stats.folders += 1
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
@@ -163,18 +168,19 @@ def _walk_dir(path: Path, rel: str, cache: HashCache, stats: WalkStats,
             stats.skipped_links += 1
             continue
         if stat.S_ISDIR(est.st_mode):
-            yield from _walk_dir(Path(e.path), erel, cache, stats, groups, snap_dir)
+            yield from _walk_dir(Path(e.path), erel, cache, stats, groups, snap_dir, hash_files)
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1
             continue
         if any(e.name.endswith(s) and e.name[: -len(s)] in names for s in SQLITE_SIDECARS):
             continue  # folded into the database's snapshot
-        yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir)
+        yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files)
 
 
 def _file(path: Path, rel: str, st: os.stat_result, cache: HashCache, stats: WalkStats,
-          groups: dict[tuple[int, int], int], snap_dir: Path) -> WalkedFile:
+          groups: dict[tuple[int, int], int], snap_dir: Path,
+          hash_files: bool = True) -> WalkedFile:
     stats.files += 1
     mode = stat.S_IMODE(st.st_mode)
     group, first = None, True
@@ -193,7 +199,9 @@ def _file(path: Path, rel: str, st: os.stat_result, cache: HashCache, stats: Wal
         return WalkedFile(rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first,
                           snap)
     sha = cache.lookup(rel, st)
-    if sha is None:
+    if sha is None and not hash_files:
+        sha = ""
+    elif sha is None:
         sha = sha256_file(path)
         stats.hashed_bytes += st.st_size
         cache.store(rel, st, sha)
