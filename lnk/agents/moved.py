@@ -61,6 +61,9 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
     if agent.folders.root.exists():
         kept.parent.mkdir(parents=True, exist_ok=True)
         agent.folders.root.rename(kept)
+        hashes = agent.runtime / "hashes.sqlite"
+        if hashes.exists():  # so a move back hashes nothing it already knows
+            hashes.rename(kept / ".lnk-hashes.sqlite")
     now = time.time()
     note = {"id": agent.id, "name": agent.name, "to": to, "at": now, "kept": str(kept),
             "until": None if days is None else now + days * DAY}

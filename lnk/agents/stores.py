@@ -19,6 +19,64 @@ def store_path(chats_dir: Path, driver: str) -> Path:
     return chats_dir / SQLITE_NAME if driver == "sqlite" else chats_dir
 
 
+def clone_chats(src_chats: Path, dst_chats: Path, driver: str) -> None:
+    """A copy of an agent's store that costs no data copy where it can.
+
+    The files driver never writes a file in place (every write is a new file
+    renamed or linked into place), so its events can be hard-linked; SQLite is
+    copied through its online backup API.
+    """
+    import os
+
+    if driver == "sqlite":
+        src = src_chats / SQLITE_NAME
+        dst_chats.mkdir(parents=True, exist_ok=True)
+        if src.exists():
+            from lnk.collections import SqliteStore
+
+            s = SqliteStore(src)
+            try:
+                s.backup_to(dst_chats / SQLITE_NAME)
+            finally:
+                s.close()
+        return
+    for dirpath, dirnames, filenames in os.walk(src_chats):
+        rel = Path(dirpath).relative_to(src_chats)
+        (dst_chats / rel).mkdir(parents=True, exist_ok=True)
+        dirnames[:] = [d for d in dirnames if not d.startswith(".staging")]
+        for name in filenames:
+            if name.startswith(".tmp-") or name == SQLITE_NAME:
+                continue
+            os.link(Path(dirpath) / name, dst_chats / rel / name)
+
+
+def log_tails(chats_dir: Path, driver: str) -> dict[str, list[object]]:
+    """Each log's last number and the SHA-256 of its last event: what a sender may build on."""
+    import hashlib
+    import json
+
+    out: dict[str, list[object]] = {}
+    if not store_path(chats_dir, driver).exists():
+        return out
+    store = open_store(driver, store_path(chats_dir, driver))
+    try:
+        for cid in store.collections():
+            if cid.shape != "log":
+                continue
+            last = store.last_number(cid)
+            if last:
+                ev = store.read(cid, last, last + 1)[0]
+                digest = hashlib.sha256(json.dumps(ev.data, sort_keys=True).encode()).hexdigest()
+                out[f"{cid.kind}/{cid.name}"] = [last, digest]
+    finally:
+        store.close()
+    return out
+
+
+def detect_driver(chats_dir: Path) -> str:
+    return "sqlite" if (chats_dir / SQLITE_NAME).exists() else "files"
+
+
 def open_agent_store(chats_dir: Path, driver: str, lapse_s: int = 60) -> Store:
     chats_dir.mkdir(parents=True, exist_ok=True)
     return open_store(driver, store_path(chats_dir, driver), lapse_ms=lapse_s * 1000)

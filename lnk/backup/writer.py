@@ -192,7 +192,8 @@ class SnapshotWriter:
         if not self._pending:
             return
         name = new_name()
-        body = self._header + bytes(self._buf)
+        self._buf[:0] = self._header
+        body = bytes(self._buf)  # the one copy; the buffer is dropped now
         self._buf = bytearray()
         index = {
             "pack": name,

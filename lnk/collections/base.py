@@ -291,6 +291,10 @@ class Store(ABC):
         """Replace a map's entries wholly with (key, encoded value) pairs, atomically
         for other users of the store; ``entries`` may raise midway (then nothing changes)."""
 
+    @abstractmethod
+    def drop(self, cid: CollectionId) -> None:
+        """Remove the collection wholly (its events or entries, and its lease)."""
+
     def export(self, cid: CollectionId, since: int = 0) -> Iterator[dict[str, Any]]:
         from lnk.collections.records import export_records
 

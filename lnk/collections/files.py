@@ -151,6 +151,11 @@ class FileStore(Store):
             self._replace(d / ".name", cid.name.encode())
         return d
 
+    def drop(self, cid: CollectionId) -> None:
+        d = self._dir(cid)
+        if d.exists():
+            shutil.rmtree(d)
+
     def _touch(self, cid: CollectionId) -> None:
         self._ensure(cid)
 

@@ -128,6 +128,16 @@ class SqliteStore(Store):
             (cid.kind, cid.name, bump),
         )
 
+    def drop(self, cid: CollectionId) -> None:
+        with self._tx() as c:
+            if cid.shape == "log":
+                c.execute("DELETE FROM events WHERE name = ?", (cid.name,))
+                c.execute("DELETE FROM leases WHERE name = ?", (cid.name,))
+            else:
+                c.execute("DELETE FROM entries WHERE kind = ? AND name = ?", (cid.kind, cid.name))
+            c.execute("DELETE FROM collections WHERE kind = ? AND name = ?",
+                      (cid.kind, cid.name))
+
     def _touch(self, cid: CollectionId) -> None:
         with self._tx() as c:
             self._register(c, cid)

@@ -7,21 +7,43 @@ so a million digests cost 32 MB, not a Python set's 150.
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from lnk.errors import InvalidInput
 
 DIGEST = 32
 MAGIC = b"LNKINV1\n"
+MAGIC2 = b"LNKINV2\n"  # then u32 length, a JSON object {"logs": {...}}, then the digests
+MAX_LOGS_JSON = 64 << 20
 
 
 class Inventory:
-    def __init__(self, blob: bytes = b"") -> None:
+    """Content digests, and each log's (last number, SHA-256 of its last event).
+
+    With the logs, a sender sends a log only from where the receiver's copy
+    ends, when both agree on that last event.
+    """
+
+    def __init__(self, blob: bytes = b"", logs: dict[str, list[Any]] | None = None) -> None:
         if len(blob) % DIGEST:
             raise InvalidInput("an inventory is a whole number of 32-byte digests",
                                hint="make a new one with lnk agent state-receive --inventory")
         self.blob = blob
+        self.logs = logs or {}
+
+    def log_since(self, key: str, last_here: int, digest_at: Any) -> int:
+        """The number to send a log from: the receiver's last, if it agrees with ours."""
+        held = self.logs.get(key)
+        if not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], int)):
+            return 0
+        n, digest = held
+        if not 0 < n <= last_here:
+            return 0
+        return n if digest_at(n) == digest else 0
 
     def __len__(self) -> int:
         return len(self.blob) // DIGEST
@@ -47,15 +69,32 @@ class Inventory:
         return cls(b"".join(items))
 
     def to_bytes(self) -> bytes:
-        return MAGIC + self.blob
+        if not self.logs:
+            return MAGIC + self.blob
+        meta = json.dumps({"logs": self.logs}, separators=(",", ":")).encode()
+        return MAGIC2 + struct.pack(">I", len(meta)) + meta + self.blob
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Inventory:
-        if not data.startswith(MAGIC):
+        logs: dict[str, list[Any]] = {}
+        if data.startswith(MAGIC2):
+            (n,) = struct.unpack(">I", data[len(MAGIC2):len(MAGIC2) + 4])
+            if n > MAX_LOGS_JSON:
+                raise InvalidInput("the inventory's log list is too large", hint="make a new one")
+            start = len(MAGIC2) + 4
+            try:
+                meta = json.loads(data[start:start + n])
+                logs = dict(meta.get("logs", {}))
+            except (ValueError, AttributeError, TypeError) as e:
+                raise InvalidInput(f"the inventory's log list is damaged ({e})",
+                                   hint="make a new one") from e
+            blob = data[start + n:]
+        elif data.startswith(MAGIC):
+            blob = data[len(MAGIC):]
+        else:
             raise InvalidInput("that is not an lnk inventory",
                                hint="make one with lnk agent state-receive --inventory --receiver R")
-        blob = data[len(MAGIC):]
-        inv = cls(blob)
+        inv = cls(blob, logs)
         for i in range(1, len(inv)):
             if blob[(i - 1) * DIGEST:i * DIGEST] >= blob[i * DIGEST:(i + 1) * DIGEST]:
                 raise InvalidInput("the inventory is not sorted", hint="make a new one")

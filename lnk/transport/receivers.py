@@ -92,7 +92,13 @@ class Receiver:
                 shas += [r[0] for r in con.execute("SELECT sha FROM c")]
             finally:
                 con.close()
-        return Inventory.of(s for s in shas if len(s) == 64)
+        inv = Inventory.of(s for s in shas if len(s) == 64)
+        base = base_chats(self)
+        if base is not None:
+            from lnk.agents.stores import log_tails
+
+            inv.logs = log_tails(*base)
+        return inv
 
     def abandon(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -142,25 +148,41 @@ def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
     r.set_info(created=time.time(), agent_id=agent_id, public_key=key.public.text())
     if agent_id:
         _adopt_earlier_objects(machine, r, agent_id)
-        agent = find_by_id(machine, agent_id)
-        if agent is not None:
-            _index_local(r, agent.folders.root, agent.runtime / "hashes.sqlite")
-        elif (kept := _kept_folder(machine, agent_id)) is not None:
-            # a move back to a machine the agent left: its kept files aren't sent again
-            _index_local(r, kept, r.dir / "kept-hashes.sqlite")
+        base = _base_for(machine, agent_id)
+        if base is not None:
+            root, store, cache = base
+            r.set_info(base_root=str(root), base_store=store)
+            _index_local(r, root, cache)
     return r
 
 
-def _kept_folder(machine: Machine, agent_id: str) -> Path | None:
-    """The folders the agent left here when it moved away (~/Link/Moved/...), if kept."""
-    import json
+def _base_for(machine: Machine, agent_id: str) -> tuple[Path, str, Path] | None:
+    """What this machine holds of the agent: its live copy, or, for a move back, the
+    folders it left behind (~/Link/Moved/...), whose content then isn't sent again."""
+    from lnk.agents.moved import notes_dir
+    from lnk.agents.stores import detect_driver
 
+    agent = find_by_id(machine, agent_id)
+    if agent is not None:
+        return agent.folders.root, agent.settings.store, agent.runtime / "hashes.sqlite"
     try:
-        note = json.loads((machine.state_dir / "moved" / f"{agent_id}.json").read_text())
+        note = json.loads((notes_dir(machine) / f"{agent_id}.json").read_text())
         kept = Path(note["kept"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return kept if kept.is_dir() else None
+    if not kept.is_dir():
+        return None
+    return kept, detect_driver(kept / "Agent" / "chats"), kept / ".lnk-hashes.sqlite"
+
+
+def base_chats(r: Receiver) -> tuple[Path, str] | None:
+    """The store a stream's logs may build on (the receiver's inventory says how far)."""
+    info = r.info()
+    root, store = info.get("base_root"), info.get("base_store")
+    if not root or store not in ("files", "sqlite"):
+        return None
+    chats = Path(root) / "Agent" / "chats"
+    return (chats, str(store)) if chats.is_dir() else None
 
 
 def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None:

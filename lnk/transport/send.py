@@ -151,7 +151,7 @@ def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str 
         for f in walk_agent(folders.root, cache, stats, snap_dir):
             sender.add(f)
         sender.flush()
-        _send_collections(agent, writer, report, since)
+        _send_collections(agent, writer, report, since, inventory)
         report.hashed_bytes = stats.hashed_bytes
         report.skipped_links = stats.skipped_links
         report.skipped_special = stats.skipped_special
@@ -170,7 +170,7 @@ def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str 
 
 
 def _send_collections(agent: Agent, writer: StreamWriter, report: SendReport,
-                      since: dict[str, int]) -> None:
+                      since: dict[str, int], inventory: Inventory | None = None) -> None:
     """Collections go as JSON lines, one export record a line, cut into records anywhere."""
     s = agent.settings
     store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
@@ -178,7 +178,12 @@ def _send_collections(agent: Agent, writer: StreamWriter, report: SendReport,
     try:
         for cid in store.collections():
             key = collection_key(cid.kind, cid.name)
-            start = since.get(key, 0) if cid.shape == "log" else 0
+            start = 0
+            if cid.shape == "log":
+                start = since.get(key, 0)
+                if not start and inventory is not None and inventory.logs:
+                    start = inventory.log_since(key, store.last_number(cid),
+                                                lambda n, c=cid: _event_digest(store, c, n))
             last = start
             report.collections += 1
             for rec in store.export(cid, start):
@@ -196,3 +201,10 @@ def _send_collections(agent: Agent, writer: StreamWriter, report: SendReport,
             writer.write(M.COLLECTION, bytes(buf))
     finally:
         store.close()
+
+
+def _event_digest(store: Any, cid: Any, n: int) -> str:
+    ev = store.read(cid, n, n + 1)
+    if not ev:
+        return ""
+    return hashlib.sha256(json.dumps(ev[0].data, sort_keys=True).encode()).hexdigest()

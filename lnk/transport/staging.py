@@ -17,13 +17,14 @@ import sqlite3
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from lnk.agents.stores import open_agent_store, store_path
-from lnk.collections import FileStore, Store
+from lnk.agents.stores import clone_chats, open_agent_store, store_path
+from lnk.collections import CollectionId, FileStore, Store
 from lnk.errors import InvalidInput, TransportError
 from lnk.formats import manifest as M
-from lnk.transport.receivers import Receiver
+from lnk.transport.receivers import Receiver, base_chats
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
@@ -67,6 +68,10 @@ class Stage:
         self.collections = 0
         self.collection_records = 0
         self.summary: dict[str, Any] | None = None
+        self.mentioned: set[tuple[str, str]] = set()
+        self.coll_cid: CollectionId | None = None
+        self.coll_fresh = True
+        self.based = False  # the staged store started from a held or bulk copy
 
     # ---- records --------------------------------------------------------
     def take(self, rtype: int, body: bytes) -> None:
@@ -215,6 +220,13 @@ class Stage:
                 raise M.bad(f"the stream holds more than {M.MAX_COLLECTIONS} collections")
             self.coll_file = open(  # noqa: SIM115
                 self.work / f"collection-{self.collections}.jsonl", "w+b")
+            try:
+                self.coll_cid = CollectionId(str(rec.get("kind")), str(rec.get("name")))
+            except InvalidInput as e:
+                raise M.bad(f"a collection is invalid: {e.message}") from e
+            # a map, or a log sent whole, replaces what the base store holds of it
+            self.coll_fresh = self.coll_cid.shape == "map" or rec.get("since", 0) == 0
+            self.mentioned.add((self.coll_cid.kind, self.coll_cid.name))
         if self.coll_file is None:
             raise M.bad("a collection record outside a collection")
         self.coll_file.write(line + b"\n")  # as it came: it parsed, it parses again
@@ -232,7 +244,8 @@ class Stage:
             raise
         if self.importer is None:
             self.importer = ThreadPoolExecutor(1, "lnk-import")
-        self.imports.append(self.importer.submit(_import, store, f))
+        self.imports.append(self.importer.submit(
+            _import, store, f, self.coll_cid if self.coll_fresh else None))
         while len(self.imports) > 2:
             self._wait_import()
 
@@ -247,6 +260,23 @@ class Stage:
             raise M.bad("the collections ended in the middle of a record")
         while self.imports:
             self._wait_import()
+        if self.based and self.store is not None:
+            # the agent's state is replaced wholly: what the stream no longer has goes
+            for cid in self.store.collections():
+                if (cid.kind, cid.name) not in self.mentioned:
+                    self.store.drop(cid)
+
+    def _copy_across(self, src: Path, src_driver: str, dst: Path, driver: str) -> None:
+        from lnk.collections import copy_collection, open_store
+
+        s = open_store(src_driver, store_path(src, src_driver))
+        d = open_agent_store(dst, driver)
+        try:
+            for cid in s.collections():
+                copy_collection(s, d, cid)
+        finally:
+            s.close()
+            d.close()
 
     def _open_store(self) -> Store:
         if self.store is None:
@@ -257,12 +287,23 @@ class Stage:
             self.store_driver = driver
             base = self.r.bulk / "agent" / "chats" if self.head.phase == "final" else None
             chats = self.work / "agent" / "chats"
+            held = base_chats(self.r) if self.head.phase != "final" else None
+            if held is not None:
+                # logs the receiver's inventory said it holds come as only what's new:
+                # start from a copy of what is held (hard links or SQLite's backup API)
+                held_chats, held_driver = held
+                if held_driver == driver:
+                    clone_chats(held_chats, chats, driver)
+                else:  # another driver: copied through the collection interface
+                    self._copy_across(held_chats, held_driver, chats, driver)
+                self.based = True
             if base is not None and base.exists():
                 # the bulk's collections, then the final's since: moved, not copied, so the
                 # pause costs what changed, not the history; a failed final spends the bulk
                 chats.parent.mkdir(parents=True, exist_ok=True)
                 self.r.set_info(bulk_stream=None)
                 os.rename(base, chats)
+                self.based = True
             if driver == "files":
                 # staged, not live: no fsync per event (nothing else staged is fsynced
                 # one by one either; commit.decide's journal is the point of no return)
@@ -310,8 +351,10 @@ class Stage:
             "SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i")
 
 
-def _import(store: Store, f: Any) -> None:
+def _import(store: Store, f: Any, drop: CollectionId | None) -> None:
     try:
+        if drop is not None:
+            store.drop(drop)
         store.import_(_lines(f))
     finally:
         f.close()

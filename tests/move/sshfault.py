@@ -37,7 +37,10 @@ def main() -> None:
     nth = int(os.environ.get("SSHFAULT_NTH", "1"))
     if nth > 1:  # count the matching runs; fire at the nth
         counter = once + ".n"
-        seen = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
+        seen = 1
+        if os.path.exists(counter):
+            with open(counter) as f:
+                seen += int(f.read())
         with open(counter, "w") as f:
             f.write(str(seen))
         if seen < nth:

@@ -81,8 +81,5 @@ SSH = [  # (victim, how, where it ends)
 def test_fault_ssh_box_to_box(ssh_world: World, tmp_path: Path, victim: str, how: str,
                               ends: str) -> None:
     """hostA -> hostB: both legs run over SSH from this computer."""
-    if victim == "ssh":
-        env = _ssh_env(ssh_world, tmp_path, how)
-    else:
-        env = {"LNK_FAULT": how}
+    env = _ssh_env(ssh_world, tmp_path, how) if victim == "ssh" else {"LNK_FAULT": how}
     _run_fault(ssh_world, "hostA", "hostB", env, ends, f"ssh-{victim}")

@@ -8,6 +8,7 @@ answered exactly once.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ def _tour(world: World, a: str, b: str) -> None:
     agent_id = make_agent(world)
     put_file(world, HERE, "big.bin", 2 * MIB)
     places = [HERE, a, b, HERE]
-    for n, (src, dst) in enumerate(zip(places, places[1:], strict=False)):
+    for n, (src, dst) in enumerate(itertools.pairwise(places)):
         with Chatter(world, f"{src}-{dst}-{n}") as chat:
             result = _move(world, dst)
             chat.stop()
