@@ -308,7 +308,7 @@ class Stage:
                 # staged, not live: no fsync per event (nothing else staged is fsynced
                 # one by one either; commit.decide's journal is the point of no return)
                 chats.mkdir(parents=True, exist_ok=True)
-                self.store = FileStore(store_path(chats, driver), fsync=False)
+                self.store = FileStore(store_path(chats, driver), fsync=False, private=True)
             else:
                 self.store = open_agent_store(chats, driver)
         return self.store
