@@ -18,26 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from pathlib import Path
 
-COMMIT_EVERY = 2000
+from lnk.cachedb import CacheDB
 
 
-class ChunkCache:
+class ChunkCache(CacheDB):
     def __init__(self, path: Path, repo_id: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        super().__init__(path, (
+            "CREATE TABLE IF NOT EXISTS f (repo TEXT, path TEXT, size INT, mtime INT, ctime INT, "
+            "ino INT, sha TEXT, chunks TEXT, PRIMARY KEY (repo, path))",
+            "CREATE TABLE IF NOT EXISTS c (repo TEXT, coll TEXT, mark TEXT, size INT, "
+            "records INT, chunks TEXT, PRIMARY KEY (repo, coll))"))
         self.repo = repo_id
-        self.db: sqlite3.Connection | None = sqlite3.connect(path, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=OFF")
-        self.db.execute("CREATE TABLE IF NOT EXISTS f (repo TEXT, path TEXT, size INT, "
-                        "mtime INT, ctime INT, ino INT, sha TEXT, chunks TEXT, "
-                        "PRIMARY KEY (repo, path))")
-        self.db.execute("CREATE TABLE IF NOT EXISTS c (repo TEXT, coll TEXT, mark TEXT, "
-                        "size INT, records INT, chunks TEXT, PRIMARY KEY (repo, coll))")
-        self.db.execute("BEGIN")
-        self.pending = 0
 
     @staticmethod
     def key(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -45,25 +38,21 @@ class ChunkCache:
 
     def file(self, rel: str, st: os.stat_result) -> tuple[str, list[str]] | None:
         """(sha256, chunk IDs) of ``rel`` if it was stored with exactly this stat."""
-        if self.db is None:
-            return None
-        row = self.db.execute("SELECT size, mtime, ctime, ino, sha, chunks FROM f "
-                              "WHERE repo=? AND path=?", (self.repo, rel)).fetchone()
+        row = self.row("SELECT size, mtime, ctime, ino, sha, chunks FROM f "
+                       "WHERE repo=? AND path=?", (self.repo, rel))
         if row is None or tuple(row[:4]) != self.key(st):
             return None
         ids = _ids(row[5])
         return (str(row[4]), ids) if ids or st.st_size == 0 else None
 
     def store_file(self, rel: str, st: os.stat_result, sha: str, chunks: list[str]) -> None:
-        self._write("INSERT OR REPLACE INTO f VALUES (?,?,?,?,?,?,?,?)",
+        self.write("INSERT OR REPLACE INTO f VALUES (?,?,?,?,?,?,?,?)",
                     (self.repo, rel, *self.key(st), sha, json.dumps(chunks)))
 
     def collection(self, coll: str, mark: str) -> tuple[int, int, list[str]] | None:
         """(size, records, chunk IDs) of the collection's export at watermark ``mark``."""
-        if self.db is None:
-            return None
-        row = self.db.execute("SELECT mark, size, records, chunks FROM c WHERE repo=? AND "
-                              "coll=?", (self.repo, coll)).fetchone()
+        row = self.row("SELECT mark, size, records, chunks FROM c WHERE repo=? AND coll=?",
+                       (self.repo, coll))
         if row is None or row[0] != mark:
             return None
         ids = _ids(row[3])
@@ -71,25 +60,8 @@ class ChunkCache:
 
     def store_collection(self, coll: str, mark: str, size: int, records: int,
                          chunks: list[str]) -> None:
-        self._write("INSERT OR REPLACE INTO c VALUES (?,?,?,?,?,?)",
+        self.write("INSERT OR REPLACE INTO c VALUES (?,?,?,?,?,?)",
                     (self.repo, coll, mark, size, records, json.dumps(chunks)))
-
-    def _write(self, sql: str, args: tuple[object, ...]) -> None:
-        if self.db is None:
-            return
-        self.db.execute(sql, args)
-        self.pending += 1
-        if self.pending >= COMMIT_EVERY:
-            self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
-            self.pending = 0
-
-    def close(self) -> None:
-        if self.db is not None:
-            self.db.execute("COMMIT")
-            self.db.close()
-            self.db = None
-
 
 def _ids(raw: str) -> list[str]:
     try:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lnk.cachedb import CacheDB
 from lnk.formats.manifest import FILE_ROOTS
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -61,46 +62,22 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-class HashCache:
+class HashCache(CacheDB):
     """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same."""
 
     def __init__(self, path: Path | None) -> None:
-        self.db: sqlite3.Connection | None = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.db = sqlite3.connect(path, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=OFF")
-            self.db.execute("CREATE TABLE IF NOT EXISTS h (path TEXT PRIMARY KEY, size INT, "
-                            "mtime INT, ctime INT, ino INT, sha TEXT)")
-            self.db.execute("BEGIN")
-        self.pending = 0
+        super().__init__(path, ("CREATE TABLE IF NOT EXISTS h (path TEXT PRIMARY KEY, size INT, "
+                                "mtime INT, ctime INT, ino INT, sha TEXT)",))
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
-        if self.db is None:
-            return None
-        row = self.db.execute("SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?",
-                              (rel,)).fetchone()
+        row = self.row("SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?", (rel,))
         if row and tuple(row[:4]) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
             return str(row[4])
         return None
 
     def store(self, rel: str, st: os.stat_result, sha: str) -> None:
-        if self.db is None:
-            return
-        self.db.execute("INSERT OR REPLACE INTO h VALUES (?,?,?,?,?,?)",
-                        (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha))
-        self.pending += 1
-        if self.pending >= 5000:
-            self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
-            self.pending = 0
-
-    def close(self) -> None:
-        if self.db is not None:
-            self.db.execute("COMMIT")
-            self.db.close()
-            self.db = None
+        self.write("INSERT OR REPLACE INTO h VALUES (?,?,?,?,?,?)",
+                   (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha))
 
 
 def is_sqlite(path: Path) -> bool:
