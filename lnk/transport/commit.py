@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
     agent_dir.mkdir(exist_ok=True)
     home_dir.mkdir(exist_ok=True)
     used_objects: set[str] = set()
+    discard = _discarded_roots(r, agent_root)
     group_targets: dict[int, Path] = {}
     same: list[str] = []
     local_rel = _local_rel_index(r)
@@ -90,9 +92,10 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
             src = r.local_path(sha)
             if src is None:
                 raise Conflict(f"the content of {path} vanished from staging")
-            if src.parent == r.objects and sha not in used_objects:
-                os.link(src, target)
-                used_objects.add(sha)
+            key = str(src)
+            if key not in used_objects and _discarded(src, r, discard):
+                os.link(src, target)  # its old place goes at the commit: no copy needed
+                used_objects.add(key)
             else:
                 shutil.copyfile(src, target)
         os.chmod(target, mode)
@@ -102,6 +105,27 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
     for d in AGENT_COLLECTION_DIRS:
         (agent_dir / d).mkdir(exist_ok=True)
     return same
+
+
+def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
+    """Where content may be hard-linked from because the commit discards it: the
+    receiver's objects, the live agent's old Agent/ (swapped out), and the folders
+    an agent left here when it moved away (it is back: they go at the commit)."""
+    roots = [r.objects]
+    base = r.info().get("base_root")
+    if base:
+        b = Path(base)
+        roots.append(b / "Agent" if b == agent_root else b)
+    return roots
+
+
+def _discarded(src: Path, r: Receiver, roots: list[Path]) -> bool:
+    if any(src.is_relative_to(root) for root in roots[1:]):
+        try:
+            return os.lstat(src).st_nlink == 1  # never tie it to a file that lives on
+        except OSError:
+            return False
+    return src.parent == roots[0]
 
 
 def _local_rel_index(r: Receiver) -> dict[str, str]:
@@ -126,8 +150,12 @@ def decide(r: Receiver, plan: dict[str, Any]) -> None:
     os.replace(tmp, r.dir / JOURNAL)
 
 
-def apply(r: Receiver) -> dict[str, Any]:
-    """Roll a decided commit forward; safe to run again after a crash at any point."""
+def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
+          ) -> dict[str, Any]:
+    """Roll a decided commit forward; safe to run again after a crash at any point.
+
+    ``before_cleanup`` runs once everything is in place, before the receiver goes.
+    """
     plan = json.loads((r.dir / JOURNAL).read_text())
     root = Path(plan["agent_root"])
     work = r.dir / "work"
@@ -148,6 +176,14 @@ def apply(r: Receiver) -> dict[str, Any]:
     moved_note = plan.get("moved_note")
     if moved_note:
         Path(moved_note).unlink(missing_ok=True)
+    kept = plan.get("drop_kept")
+    if kept:  # the agent is back: the folders it left here are in it again
+        shutil.rmtree(kept, ignore_errors=True)
+    if before_cleanup is not None:
+        # what goes first: dropping a hard link changes the ctime of the file it shared
+        shutil.rmtree(r.objects, ignore_errors=True)
+        shutil.rmtree(old_agent, ignore_errors=True)
+        before_cleanup(skipped)
     r.abandon()
     return {"skipped": skipped}
 

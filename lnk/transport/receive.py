@@ -13,8 +13,10 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from lnk.agents import ports
@@ -201,14 +203,50 @@ def _commit(machine: Machine, r: Any, stage: Stage, head: M.Head, existing: Agen
     try:
         commit.decide(r, {"name": head.name, "id": head.agent_id, "agent_root": str(agent_root),
                           "settings_file": str(machine.settings_file(head.name)),
-                          "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json")})
+                          "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json"),
+                          "drop_kept": _kept_base(r, agent_root)})
     except OSError as e:
         raise TransportError(f"could not write the commit journal: {e}",
                              hint="nothing was applied; free space and try again") from e
     stage.close()
-    report.skipped = commit.apply(r)["skipped"]
+    report.skipped = commit.apply(r, before_cleanup=lambda skipped: _remember_hashes(
+        stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root, skipped)
+    )["skipped"]
     report.committed = True
     return report
+
+
+def _kept_base(r: Any, agent_root: Path) -> str | None:
+    """The folders the agent left here when it moved away, if the receive built on them."""
+    base = r.info().get("base_root")
+    if not base or Path(base) == agent_root:
+        return None
+    return str(base) if (Path(base) / "Agent").is_dir() else None
+
+
+def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path,
+                     skipped: list[str]) -> None:
+    """The receiver knows every file's SHA-256: the next send or receive hashes nothing.
+
+    Only a file that is there as written (same size) is remembered, keyed by its stat
+    now, so anything that changes it later is hashed again.
+    """
+    from lnk.transport.walk import HashCache
+
+    skip = {f"Home/{p}" for p in skipped}
+    cache = HashCache(cache_path)
+    try:
+        for path, kind, _mode, size, sha, _grp, _mtime in stage.iter_entries():
+            if kind != "f" or path in skip:
+                continue
+            try:
+                st = os.lstat(agent_root / path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size == size:
+                cache.store(path, st, sha)
+    finally:
+        cache.close()
 
 
 def report_json(report: ReceiveReport) -> str:

@@ -53,7 +53,7 @@ def test_crash_right_after_decide_rolls_forward(src: Machine, dst: Machine,
     r = prepare(dst)
     data, _ = send_bytes(a, r)
 
-    def crash(_r: Any) -> dict[str, Any]:
+    def crash(_r: Any, **_kw: Any) -> dict[str, Any]:
         raise Crash
 
     monkeypatch.setattr(commit, "apply", crash)
@@ -72,7 +72,7 @@ def test_the_next_receive_finishes_a_decided_commit(src: Machine, dst: Machine,
     a = sample_agent(src)
     r = prepare(dst)
     data, _ = send_bytes(a, r)
-    monkeypatch.setattr(commit, "apply", lambda _r: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(commit, "apply", lambda _r, **_kw: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
         receive_bytes(dst, r, data)
     monkeypatch.undo()
