@@ -202,18 +202,27 @@ class Store(ABC):
         self.lapse_ms = check_number("lapse_ms", lapse_ms, 1)
 
     # ---- logs -------------------------------------------------------------
-    @abstractmethod
     def append(self, cid: CollectionId, number: int, event: dict[str, Any]) -> bool:
         """Write ``event`` as ``number`` only if it is the next free number.
 
         Returns False if the number is taken or would leave a gap: the caller
         lost a race and reads again.
         """
+        self._log(cid)
+        check_number("event number", number, 1)
+        return self._append_encoded(cid, number, [encode_value(f"event {number}", event)]) == 1
 
-    @abstractmethod
     def append_many(self, cid: CollectionId, first: int, events: list[dict[str, Any]]) -> int:
         """Append ``events`` as ``first``, ``first+1``, ...; returns how many were written
         (0 if ``first`` is not the next free number)."""
+        self._log(cid)
+        check_number("event number", first, 1)
+        texts = [encode_value(f"event {first + i}", e) for i, e in enumerate(events)]
+        return self._append_encoded(cid, first, texts)
+
+    @abstractmethod
+    def _append_encoded(self, cid: CollectionId, first: int, texts: list[str]) -> int:
+        """Write encoded events from ``first`` on, conditionally; how many were written."""
 
     @abstractmethod
     def iter_events(self, cid: CollectionId, start: int = 1,

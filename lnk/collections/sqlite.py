@@ -25,7 +25,6 @@ from lnk.collections.base import (
     Lease,
     Store,
     check_name,
-    check_number,
     decode_value,
     encode_value,
     resolve_now,
@@ -143,17 +142,6 @@ class SqliteStore(Store):
             self._register(c, cid)
 
     # ---- logs -------------------------------------------------------------
-    def append(self, cid: CollectionId, number: int, event: dict[str, Any]) -> bool:
-        self._log(cid)
-        check_number("event number", number, 1)
-        return self._append_encoded(cid, number, [encode_value(f"event {number}", event)]) == 1
-
-    def append_many(self, cid: CollectionId, first: int, events: list[dict[str, Any]]) -> int:
-        self._log(cid)
-        check_number("event number", first, 1)
-        texts = [encode_value(f"event {first + i}", e) for i, e in enumerate(events)]
-        return self._append_encoded(cid, first, texts)
-
     def _append_encoded(self, cid: CollectionId, first: int, texts: list[str]) -> int:
         if not texts:
             return 0

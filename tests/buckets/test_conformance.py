@@ -154,6 +154,6 @@ def test_open_bucket_parses_prefixes() -> None:
     s3 = open_bucket("s3://bkt/a/b/")
     assert isinstance(s3, S3Bucket) and (s3.bucket, s3.prefix) == ("bkt", "a/b")
     gs = open_bucket("gs://bkt")
-    assert isinstance(gs, GCSBucket) and (gs.bucket_name, gs.prefix) == ("bkt", "")
+    assert isinstance(gs, GCSBucket) and (gs.bucket, gs.prefix) == ("bkt", "")
     loc = open_bucket("file:///tmp/x%20y")
     assert isinstance(loc, LocalBucket) and str(loc.root) == "/tmp/x y"

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from lnk.errors import InvalidInput
 
@@ -129,3 +130,19 @@ class Bucket(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
+
+
+class CloudBucket(Bucket):
+    """A bucket of a cloud's object store, reached through its client library."""
+
+    scheme = ""
+
+    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        where = f"{self.scheme}://{bucket}"
+        self.url = f"{where}/{self.prefix}" if self.prefix else where
+        self._client = client
+
+    def describe(self) -> str:
+        return self.url

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from lnk.errors import LnkError, NotFound, Refused, TransportError
 from lnk.transport.buckets.base import (
-    Bucket,
+    CloudBucket,
     ObjectInfo,
     check_key,
     check_label,
@@ -22,15 +22,8 @@ from lnk.transport.buckets.base import (
 )
 
 
-class GCSBucket(Bucket):
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
-        self.bucket_name = bucket
-        self.prefix = prefix.strip("/")
-        self.url = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
-        self._client = client
-
-    def describe(self) -> str:
-        return self.url
+class GCSBucket(CloudBucket):
+    scheme = "gs"
 
     @property
     def client(self) -> Any:
@@ -52,7 +45,7 @@ class GCSBucket(Bucket):
         return self._client
 
     def _blob(self, key: str) -> Any:
-        return self.client.bucket(self.bucket_name).blob(join_prefix(self.prefix, check_key(key)))
+        return self.client.bucket(self.bucket).blob(join_prefix(self.prefix, check_key(key)))
 
     def _fail(self, e: Exception, what: str, permission: str) -> NoReturn:
         from google.api_core import exceptions as gexc
@@ -63,7 +56,7 @@ class GCSBucket(Bucket):
         if isinstance(e, gexc.Forbidden | gexc.Unauthorized):
             raise Refused(
                 f"{what}: access denied on {self.url}",
-                hint=f"the credentials in use need {permission} on bucket {self.bucket_name}",
+                hint=f"the credentials in use need {permission} on bucket {self.bucket}",
             ) from e
         if isinstance(e, aexc.DefaultCredentialsError):
             raise Refused(
@@ -76,7 +69,7 @@ class GCSBucket(Bucket):
 
     def _bucket_missing(self) -> bool:
         try:
-            return not self.client.bucket(self.bucket_name).exists()
+            return not self.client.bucket(self.bucket).exists()
         except Exception:
             return False  # cannot tell (e.g. no storage.buckets.get): assume it exists
 
@@ -101,13 +94,13 @@ class GCSBucket(Bucket):
         except Exception as e:
             self._fail(e, f"looking for {key}", "storage.objects.get")
         if not found and self._bucket_missing():
-            raise NotFound(f"no bucket {self.bucket_name}", hint="check the bucket name or create it")
+            raise NotFound(f"no bucket {self.bucket}", hint="check the bucket name or create it")
         return found
 
     def entries(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = join_prefix(self.prefix, "") if self.prefix else ""
         try:
-            for blob in self.client.list_blobs(self.bucket_name, prefix=base + prefix):
+            for blob in self.client.list_blobs(self.bucket, prefix=base + prefix):
                 mtime = blob.updated
                 if mtime is not None and mtime.tzinfo is None:
                     mtime = mtime.replace(tzinfo=UTC)
@@ -128,7 +121,7 @@ class GCSBucket(Bucket):
 
     def labels(self) -> dict[str, str]:
         try:
-            bucket = self.client.get_bucket(self.bucket_name)
+            bucket = self.client.get_bucket(self.bucket)
         except Exception as e:
             self._fail(e, "reading the bucket's labels", "storage.buckets.get")
         return {str(k): str(v) for k, v in (bucket.labels or {}).items() if v is not None}
@@ -137,7 +130,7 @@ class GCSBucket(Bucket):
         check_label(name, value)
         # A PATCH carrying only this label: GCS merges label maps key by key,
         # so the others stay and no read (storage.buckets.get) is needed.
-        bucket = self.client.bucket(self.bucket_name)
+        bucket = self.client.bucket(self.bucket)
         bucket.labels = {name: value}
         try:
             bucket.patch()

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from lnk.errors import LnkError, NotFound, Refused, TransportError
 from lnk.transport.buckets.base import (
-    Bucket,
+    CloudBucket,
     ObjectInfo,
     check_key,
     check_label,
@@ -27,15 +27,8 @@ _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _BAD_KEY = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 
 
-class S3Bucket(Bucket):
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None) -> None:
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._client = client
-
-    def describe(self) -> str:
-        return self.url
+class S3Bucket(CloudBucket):
+    scheme = "s3"
 
     @property
     def client(self) -> Any:
