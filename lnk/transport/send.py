@@ -13,6 +13,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -145,13 +146,19 @@ def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str 
     snap_dir = Path(tempfile.mkdtemp(prefix="lnk-send-"))
     cache = HashCache(agent.runtime / "hashes.sqlite")
     stats = WalkStats()
+    spool = tempfile.TemporaryFile(dir=snap_dir)  # noqa: SIM115 - closed below
+    pool = ThreadPoolExecutor(1, "lnk-export")
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
+        spooled = pool.submit(_spool_collections, agent, spool, since, inventory)
         sender = _Sender(writer, inventory, report, progress)
         for f in walk_agent(folders.root, cache, stats, snap_dir):
             sender.add(f)
         sender.flush()
-        _send_collections(agent, writer, report, since, inventory)
+        done = spooled.result()
+        report.collections, report.collection_records = done.collections, done.records
+        report.watermarks = done.watermarks
+        _send_spool(writer, spool)
         report.hashed_bytes = stats.hashed_bytes
         report.skipped_links = stats.skipped_links
         report.skipped_special = stats.skipped_special
@@ -164,17 +171,30 @@ def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str 
         writer.abort()
         raise
     finally:
+        pool.shutdown(wait=True)
+        spool.close()
         cache.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
     return report
 
 
-def _send_collections(agent: Agent, writer: StreamWriter, report: SendReport,
-                      since: dict[str, int], inventory: Inventory | None = None) -> None:
-    """Collections go as JSON lines, one export record a line, cut into records anywhere."""
+@dataclass
+class _Spooled:
+    collections: int = 0
+    records: int = 0
+    watermarks: dict[str, int] = field(default_factory=dict)
+
+
+def _spool_collections(agent: Agent, spool: BinaryIO, since: dict[str, int],
+                       inventory: Inventory | None) -> _Spooled:
+    """Export every collection as JSON lines into ``spool`` (one export record a line).
+
+    It runs on a thread of its own while the files go, so reading a conversation's
+    many small files overlaps the hashing and sealing of the agent's files.
+    """
     s = agent.settings
     store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
-    buf = bytearray()
+    out = _Spooled()
     try:
         for cid in store.collections():
             key = collection_key(cid.kind, cid.name)
@@ -185,22 +205,25 @@ def _send_collections(agent: Agent, writer: StreamWriter, report: SendReport,
                     start = inventory.log_since(key, store.last_number(cid),
                                                 lambda n, c=cid: _event_digest(store, c, n))
             last = start
-            report.collections += 1
+            out.collections += 1
             for rec in store.export(cid, start):
                 if rec.get("t") == "event":
                     last = max(last, int(rec["n"]))
-                buf += json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode()
-                buf += b"\n"
-                report.collection_records += 1
-                while len(buf) >= RECORD_MAX:
-                    writer.write(M.COLLECTION, bytes(buf[:RECORD_MAX]))
-                    del buf[:RECORD_MAX]
+                spool.write(json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode())
+                spool.write(b"\n")
+                out.records += 1
             if cid.shape == "log":
-                report.watermarks[key] = last
-        if buf:
-            writer.write(M.COLLECTION, bytes(buf))
+                out.watermarks[key] = last
     finally:
         store.close()
+    return out
+
+
+def _send_spool(writer: StreamWriter, spool: BinaryIO) -> None:
+    """The spooled lines as COLLECTION records, cut anywhere (a line may span records)."""
+    spool.seek(0)
+    while chunk := spool.read(RECORD_MAX):
+        writer.write(M.COLLECTION, chunk)
 
 
 def _event_digest(store: Any, cid: Any, n: int) -> str:
