@@ -50,17 +50,16 @@ def _dest_kind(dest: Path, stop: Path) -> str | None:
         p = p.parent
 
 
-def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
-    """Build work/agent and work/home from the entries; returns Home paths already equal."""
+def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
+    """Build work/agent and work/home from the entries; returns how many Home files
+    were already there as the stream has them (left alone)."""
     work = stage.work
     agent_dir, home_dir = work / "agent", work / "home"
     agent_dir.mkdir(exist_ok=True)
     home_dir.mkdir(exist_ok=True)
-    used_objects: set[str] = set()
     discard = _discarded_roots(r, agent_root)
-    group_targets: dict[int, Path] = {}
-    same: list[str] = []
-    local_rel = _local_rel_index(r)
+    group_targets: dict[int, Path] = {}  # hard-link groups only
+    same = 0
     for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
         if path == "Home" or path.startswith("Home/"):
             rel = path[5:]
@@ -73,8 +72,8 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
             if have is not None and have != kind:
                 raise Conflict(f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
                                f"but {'a folder' if have == 'd' else 'something else'} here")
-            if kind == "f" and have == "f" and local_rel.get(path) == sha and grp is None:
-                same.append(path)
+            if kind == "f" and have == "f" and grp is None and r.local_sha(path) == sha:
+                same += 1
                 continue
         else:
             target = agent_dir / path[len("Agent/"):]
@@ -92,10 +91,8 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> list[str]:
             src = r.local_path(sha)
             if src is None:
                 raise Conflict(f"the content of {path} vanished from staging")
-            key = str(src)
-            if key not in used_objects and _discarded(src, r, discard):
+            if _discarded(src, discard):
                 os.link(src, target)  # its old place goes at the commit: no copy needed
-                used_objects.add(key)
             else:
                 shutil.copyfile(src, target)
         os.chmod(target, mode)
@@ -119,26 +116,15 @@ def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
     return roots
 
 
-def _discarded(src: Path, r: Receiver, roots: list[Path]) -> bool:
-    if any(src.is_relative_to(root) for root in roots[1:]):
-        try:
-            return os.lstat(src).st_nlink == 1  # never tie it to a file that lives on
-        except OSError:
-            return False
-    return src.parent == roots[0]
-
-
-def _local_rel_index(r: Receiver) -> dict[str, str]:
-    import sqlite3
-
-    db = r.dir / "local.sqlite"
-    if not db.exists():
-        return {}
-    con = sqlite3.connect(db)
+def _discarded(src: Path, roots: list[Path]) -> bool:
+    """Whether ``src`` may be linked rather than copied: it is under a discarded root and
+    not linked yet (a second file of the same content gets a copy of its own)."""
+    if not any(src.is_relative_to(root) for root in roots):
+        return False
     try:
-        return {rel: sha for sha, rel in con.execute("SELECT sha, rel FROM c WHERE rel LIKE 'Home/%'")}
-    finally:
-        con.close()
+        return os.lstat(src).st_nlink == 1
+    except OSError:
+        return False
 
 
 def decide(r: Receiver, plan: dict[str, Any]) -> None:

@@ -187,8 +187,7 @@ def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
 def _commit(machine: Machine, r: Any, stage: Stage, head: M.Head, existing: Agent | None,
             report: ReceiveReport) -> ReceiveReport:
     agent_root = machine.folders(head.name).root
-    same = commit.materialize(stage, r, agent_root)
-    report.unchanged_home_files = len(same)
+    report.unchanged_home_files = commit.materialize(stage, r, agent_root)
     settings = _settings_here(head, existing, machine, stage.store_driver or "files")
     work = stage.work
     from lnk.agents.settings import write_toml_atomic

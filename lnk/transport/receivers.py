@@ -15,7 +15,7 @@ import secrets
 import shutil
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ RECEIVER_PREFIX = "rcv-"
 class Receiver:
     machine: Machine
     rid: str
+    _con: sqlite3.Connection | None = field(default=None, repr=False, compare=False)
 
     @property
     def dir(self) -> Path:
@@ -66,22 +67,34 @@ class Receiver:
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.dir / "receiver.json")
 
+    def _local(self) -> sqlite3.Connection | None:
+        """One connection to what this machine holds (sha -> path), opened once."""
+        if self._con is None:
+            db = self.dir / "local.sqlite"
+            if not db.exists():
+                return None
+            self._con = sqlite3.connect(db, check_same_thread=False)
+        return self._con
+
     def local_path(self, sha: str) -> Path | None:
         """Where this machine already holds content with this SHA-256, if anywhere."""
         obj = self.objects / sha
         if obj.exists():
             return obj
-        db = self.dir / "local.sqlite"
-        if not db.exists():
+        con = self._local()
+        if con is None:
             return None
-        con = sqlite3.connect(db)
-        try:
-            row = con.execute("SELECT path FROM c WHERE sha=?", (sha,)).fetchone()
-        finally:
-            con.close()
+        row = con.execute("SELECT path FROM c WHERE sha=?", (sha,)).fetchone()
         if row and Path(row[0]).is_file() and not Path(row[0]).is_symlink():
             return Path(row[0])
         return None
+
+    def local_sha(self, rel: str) -> str | None:
+        """The SHA-256 of the file at ``rel`` in the base, as indexed at prepare."""
+        con = self._local()
+        row = None if con is None else con.execute(
+            "SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
+        return str(row[0]) if row else None
 
     def inventory(self) -> Inventory:
         shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
@@ -101,6 +114,9 @@ class Receiver:
         return inv
 
     def abandon(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -28,6 +28,7 @@ from lnk.transport.inventory import Inventory
 from lnk.transport.walk import HashCache, WalkedFile, WalkStats, walk_agent
 
 BATCH_DATA_BYTES = 8 << 20
+DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
 
 
 @dataclass
@@ -81,7 +82,10 @@ class _Sender:
                 data = False
                 r.held_by_receiver += 1
             if data:
-                self.sent.add(digest)
+                if f.size >= DEDUP_MIN:
+                    # remembered only for files worth it, so memory stays bounded by
+                    # bytes, not by files: a repeated small file is sent twice
+                    self.sent.add(digest)
                 self.pending.append(f)
                 self.pending_bytes += f.size
             self.batch.append(M.FileEntry(f.rel, "f", f.mode, f.size, f.sha256, f.group, data,
