@@ -77,6 +77,7 @@ def detect_driver(chats_dir: Path) -> str:
     return "sqlite" if (chats_dir / SQLITE_NAME).exists() else "files"
 
 
-def open_agent_store(chats_dir: Path, driver: str, lapse_s: int = 60) -> Store:
+def open_agent_store(chats_dir: Path, driver: str, lapse_s: float = 60) -> Store:
     chats_dir.mkdir(parents=True, exist_ok=True)
-    return open_store(driver, store_path(chats_dir, driver), lapse_ms=lapse_s * 1000)
+    return open_store(driver, store_path(chats_dir, driver),
+                      lapse_ms=max(1, int(lapse_s * 1000)))

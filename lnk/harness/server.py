@@ -25,9 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from lnk.agents.stores import open_agent_store
 from lnk.errors import InvalidInput, LnkError
 from lnk.harness.model import make_model
-from lnk.harness.turns import Busy, Conversations, open_agent_store
+from lnk.harness.turns import Busy, Conversations
 
 MAX_BODY = 1 << 20
 MAX_CHALLENGE = 1024
@@ -229,7 +230,7 @@ class UnixHarnessServer(HarnessState, socketserver.ThreadingMixIn,
 def make_server(config: HarnessConfig, key: bytes, *, port: int | None = None,
                 unix: Path | None = None,
                 host: str = "127.0.0.1") -> TCPHarnessServer | UnixHarnessServer:
-    store = open_agent_store(config.store, Path(config.chats), config.lapse_s)
+    store = open_agent_store(Path(config.chats), config.store, config.lapse_s)
     convs = Conversations(store, config.name, make_model(config.model), renew_s=config.renew_s)
     server: TCPHarnessServer | UnixHarnessServer
     if unix is not None:

@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from lnk.collections.base import CollectionId, Store
@@ -42,16 +41,6 @@ def iso_now() -> str:
 def new_holder() -> str:
     """A lease holder unique to this process (pids repeat inside pid namespaces)."""
     return f"harness-{socket.gethostname()}-{secrets.token_hex(6)}"
-
-
-def store_path(driver: str, chats: Path) -> Path:
-    return chats / "store.sqlite" if driver == "sqlite" else chats
-
-
-def open_agent_store(driver: str, chats: Path, lapse_s: float) -> Store:
-    from lnk.collections import open_store
-
-    return open_store(driver, store_path(driver, chats), lapse_ms=max(1, int(lapse_s * 1000)))
 
 
 def append_event(store: Store, cid: CollectionId, data: dict[str, Any]) -> int:

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
+from lnk.agents.stores import store_path
 from lnk.collections import CollectionId, open_store
 from lnk.errors import AgentNotRunning, Refused
 from lnk.harness import client
-from lnk.harness.turns import store_path
 
 
 def events(agent: Any, thread: str = "link:main") -> list[dict[str, Any]]:
     s = agent.settings
-    with open_store(s.store, store_path(s.store, agent.folders.chats)) as store:
+    with open_store(s.store, store_path(agent.folders.chats, s.store)) as store:
         return [e.data for e in store.read(CollectionId("events", thread))]
 
 

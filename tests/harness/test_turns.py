@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from lnk.agents.stores import store_path
 from lnk.collections import CollectionId, open_store
 from lnk.collections.base import Store, now_ms
 from lnk.harness import client
 from lnk.harness.model import OfflineModel
-from lnk.harness.turns import NOT_MADE, Busy, Conversations, append_event, store_path
+from lnk.harness.turns import NOT_MADE, Busy, Conversations, append_event
 
 CID = CollectionId("events", "link:main")
 
@@ -38,7 +39,7 @@ def test_crashed_turn_is_finished_before_the_new_message(start_agent: Any, drive
     r_agent = registry.create(Machine.current(), "main", store=driver)
     r_agent.settings.sandbox = False
     r_agent.save()
-    path = store_path(driver, r_agent.folders.chats)
+    path = store_path(r_agent.folders.chats, driver)
     with open_store(driver, path, lapse_ms=r_agent.settings.lapse_s * 1000) as store:
         _prewrite_crash(store)
     r = start_agent(agent=r_agent)

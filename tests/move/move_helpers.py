@@ -21,8 +21,8 @@ from typing import Any
 
 from lnkrun import Result, lnk, ok
 
+from lnk.agents.stores import open_agent_store
 from lnk.collections.base import CollectionId
-from lnk.harness.turns import open_agent_store
 
 AGENT = "work"
 HERE = "here"
@@ -119,7 +119,7 @@ def put_file(world: World, place: str, name: str, size: int) -> Path:
 
 def events(world: World, place: str) -> list[dict[str, Any]]:
     chats = world.home_of(place) / "Link" / "Agents" / AGENT / "Agent" / "chats"
-    store = open_agent_store("files", chats, 60)
+    store = open_agent_store(chats, "files", 60)
     return [dict(ev.data, number=ev.number)
             for ev in store.iter_events(CollectionId("events", "link:main"))]
 
