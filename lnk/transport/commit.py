@@ -175,29 +175,37 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
 
 
 def _merge_home(src: Path, dest: Path) -> list[str]:
-    """Move every staged file into Home, never following a link that appeared meanwhile."""
+    """Move every staged file into Home, never following a link that appeared meanwhile.
+
+    Folders are read entry by entry (``os.scandir``), never listed whole, so a folder
+    of a million files costs no more memory than one of ten.
+    """
     skipped: list[str] = []
     if not src.exists():
         return skipped
-    for dirpath, dirnames, filenames in os.walk(src):
-        rel = Path(dirpath).relative_to(src)
+    stack = [Path()]
+    while stack:
+        rel = stack.pop()
         d = dest / rel
         try:
             if _dest_kind(d, dest) is None:
                 d.mkdir()
-                os.chmod(d, stat.S_IMODE(os.stat(dirpath).st_mode))  # the folder's mode travels
+                os.chmod(d, stat.S_IMODE(os.stat(src / rel).st_mode))  # the mode travels
         except (Conflict, OSError):
             skipped.append(str(rel))
-            dirnames[:] = []
             continue
-        for name in filenames:
-            target = d / name
-            try:
-                if _dest_kind(target, dest) not in (None, "f"):
-                    raise Conflict("not a file")
-                os.replace(Path(dirpath) / name, target)
-            except (Conflict, OSError):
-                skipped.append(str(rel / name))
+        with os.scandir(src / rel) as it:
+            for entry in it:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(rel / entry.name)
+                    continue
+                target = d / entry.name
+                try:
+                    if _dest_kind(target, dest) not in (None, "f"):
+                        raise Conflict("not a file")
+                    os.replace(entry.path, target)
+                except (Conflict, OSError):
+                    skipped.append(str(rel / entry.name))
     return skipped
 
 
