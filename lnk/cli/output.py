@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -30,17 +29,6 @@ def table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         out("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-
-
-def progress(it: Iterable[T], *, total: int | None = None, desc: str = "",
-             unit: str = "B") -> Iterator[T]:
-    """A tqdm bar on a terminal; nothing at all in a script."""
-    if not sys.stderr.isatty():
-        yield from it
-        return
-    from tqdm import tqdm
-
-    yield from tqdm(it, total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
 
 
 def progress_bar(total: int | None, desc: str = "", unit: str = "B") -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import sqlite3
@@ -246,7 +245,3 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path,
                 cache.store(path, st, sha)
     finally:
         cache.close()
-
-
-def report_json(report: ReceiveReport) -> str:
-    return json.dumps(report.to_json(), indent=2)
