@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 
 def emit_json(data: Any) -> None:
