@@ -3,7 +3,7 @@
     python bench/bench_agent.py [-n 50]
 
 For each mode it makes a throwaway HOME with one agent, starts the runner
-(``python -m lnk.agents.runner``) and measures:
+(``python -m lnk.runtime.runner``) and measures:
 
 * cold start: runner launched -> first answer received;
 * message to first byte: a proved message (challenge, proof, keyed message on
@@ -33,16 +33,24 @@ def first_byte(port: int, key: bytes, text: str) -> float:
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     challenge = new_challenge()
-    conn.request("POST", "/_link/proof",
-                 body=json.dumps({"challenge": base64.b64encode(challenge).decode()}),
-                 headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/_link/proof",
+        body=json.dumps({"challenge": base64.b64encode(challenge).decode()}),
+        headers={"Content-Type": "application/json"},
+    )
     resp = conn.getresponse()
     proof = base64.b64decode(json.loads(resp.read())["proof"])
     assert verify_endpoint_proof(key, challenge, proof)
-    conn.request("POST", "/_link/message",
-                 body=json.dumps({"thread": "link:bench", "text": text}),
-                 headers={"Content-Type": "application/json",
-                          "Authorization": "Bearer " + base64.b64encode(key).decode()})
+    conn.request(
+        "POST",
+        "/_link/message",
+        body=json.dumps({"thread": "link:bench", "text": text}),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": "Bearer " + base64.b64encode(key).decode(),
+        },
+    )
     resp = conn.getresponse()  # returns once the status line (the first byte) arrived
     elapsed = time.perf_counter() - t0
     resp.read()
@@ -60,23 +68,29 @@ def bench(sandbox: bool, n: int) -> dict[str, float]:
     try:
         from lnk.agents import registry
         from lnk.agents.layout import Machine
-        from lnk.agents.runner import wait_for_endpoint
         from lnk.harness import client
+        from lnk.runtime.runner import wait_for_endpoint
 
         agent = registry.create(Machine.current(), "bench")
         agent.settings.sandbox = sandbox
         agent.save()
         log = open(home / "runner.log", "wb")  # noqa: SIM115 - closed with the runner
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "lnk.agents.runner", agent.id],
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lnk.runtime.runner", agent.id],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         endpoint = wait_for_endpoint(agent.runtime, timeout=60, proc=proc)
         key = client.read_key(agent.runtime / "key")
         client.send_message(endpoint["port"], key, "link:bench", "first", timeout=60)
         cold = time.perf_counter() - t0
         times = [first_byte(endpoint["port"], key, f"message {i}") for i in range(n)]
-        return {"cold": cold, "median": statistics.median(times),
-                "p90": sorted(times)[max(0, int(len(times) * 0.9) - 1)]}
+        return {
+            "cold": cold,
+            "median": statistics.median(times),
+            "p90": sorted(times)[max(0, int(len(times) * 0.9) - 1)],
+        }
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -93,8 +107,10 @@ def main() -> int:
     rows = [("unsandboxed", bench(False, args.n)), ("sandboxed", bench(True, args.n))]
     print(f"{'mode':<12} {'cold start->answer':>20} {'msg->1st byte median':>22} {'p90':>10}")
     for mode, r in rows:
-        print(f"{mode:<12} {r['cold'] * 1000:>17.1f} ms {r['median'] * 1000:>19.2f} ms "
-              f"{r['p90'] * 1000:>7.2f} ms")
+        print(
+            f"{mode:<12} {r['cold'] * 1000:>17.1f} ms {r['median'] * 1000:>19.2f} ms "
+            f"{r['p90'] * 1000:>7.2f} ms"
+        )
     return 0
 
 

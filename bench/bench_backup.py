@@ -90,14 +90,26 @@ def drop_caches(cold: bool) -> None:
         pass
 
 
-def run(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-        stdin: bytes | None = None, cold: bool = False) -> Run:
+def run(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    cold: bool = False,
+) -> Run:
     """Run a command to completion; wall seconds and the tree's peak RSS."""
     drop_caches(cold)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        p = subprocess.Popen(list(argv), env=env, cwd=cwd, stdout=out, stderr=err,
-                             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+        p = subprocess.Popen(
+            list(argv),
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        )
         if stdin is not None:
             assert p.stdin is not None
             p.stdin.write(stdin)
@@ -109,8 +121,10 @@ def run(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | N
         err.seek(0)
         text = out.read().decode(errors="replace")
         if p.returncode:
-            raise RuntimeError(f"{' '.join(argv)} -> {p.returncode}:\n"
-                               f"{err.read().decode(errors='replace')[-3000:]}")
+            raise RuntimeError(
+                f"{' '.join(argv)} -> {p.returncode}:\n"
+                f"{err.read().decode(errors='replace')[-3000:]}"
+            )
     return Run(dt, usage.ru_maxrss * 1024, text, usage.ru_utime + usage.ru_stime)
 
 
@@ -155,8 +169,9 @@ def change(home: Path, budget: int, seed: int) -> int:
         i += 1
     # rewrite the data file closest in size to 20% of the budget
     want = int(budget * 0.2)
-    files = sorted((a.folders.home / "data").rglob("*.bin"),
-                   key=lambda p: abs(p.stat().st_size - want))
+    files = sorted(
+        (a.folders.home / "data").rglob("*.bin"), key=lambda p: abs(p.stat().st_size - want)
+    )
     victim = files[0]
     size = victim.stat().st_size
     with open(victim, "wb") as f:
@@ -229,15 +244,22 @@ class Round:
         subprocess.run(["cp", "-a", str(master), str(self.home)], check=True)
         self.root = Machine(self.home).folders(NAME).root
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("LNK_")}
-        self.env |= {"HOME": str(self.home), "RESTIC_PASSWORD": PASSWORD,
-                     "BORG_PASSPHRASE": PASSWORD, "RESTIC_CACHE_DIR": str(work / "restic-cache"),
-                     "BORG_BASE_DIR": str(work / "borg-base"), "LNK_TESTING": "1"}
+        self.env |= {
+            "HOME": str(self.home),
+            "RESTIC_PASSWORD": PASSWORD,
+            "BORG_PASSPHRASE": PASSWORD,
+            "RESTIC_CACHE_DIR": str(work / "restic-cache"),
+            "BORG_BASE_DIR": str(work / "borg-base"),
+            "LNK_TESTING": "1",
+        }
 
-    def lnk(self, *args: str, home: Path | None = None, stdin: bytes | None = None,
-            timed: bool = True) -> Run:
+    def lnk(
+        self, *args: str, home: Path | None = None, stdin: bytes | None = None, timed: bool = True
+    ) -> Run:
         env = self.env | {"HOME": str(home or self.home)}
-        return run([sys.executable, "-m", "lnk", *args], env=env, stdin=stdin,
-                   cold=self.cold and timed)
+        return run(
+            [sys.executable, "-m", "lnk", *args], env=env, stdin=stdin, cold=self.cold and timed
+        )
 
     def tool(self, argv: Sequence[str], cwd: Path | None = None) -> Run:
         return run(argv, env=self.env, cwd=cwd, cold=self.cold)
@@ -249,13 +271,22 @@ class Round:
         run(["restic", "-q", "-r", str(repos["restic"]), "init"], env=self.env)
         run(["borg", "init", "-e", "repokey", str(repos["borg"])], env=self.env)
         cmds = {
-            "lnk": lambda: self.lnk("agent", "backup", "--agent", NAME,
-                                    "--to", f"file://{repos['lnk']}"),
-            "restic": lambda: self.tool(["restic", "-q", "-r", str(repos["restic"]),
-                                         "backup", str(self.root)]),
-            "borg": lambda: self.tool(["borg", "create", "--compression", "zstd,3",
-                                       f"{repos['borg']}::snap{len(self._borg)}",
-                                       str(self.root)]),
+            "lnk": lambda: self.lnk(
+                "agent", "backup", "--agent", NAME, "--to", f"file://{repos['lnk']}"
+            ),
+            "restic": lambda: self.tool(
+                ["restic", "-q", "-r", str(repos["restic"]), "backup", str(self.root)]
+            ),
+            "borg": lambda: self.tool(
+                [
+                    "borg",
+                    "create",
+                    "--compression",
+                    "zstd,3",
+                    f"{repos['borg']}::snap{len(self._borg)}",
+                    str(self.root),
+                ]
+            ),
         }
         self._borg: list[int] = []
         for phase in ("first", "incr"):
@@ -285,8 +316,9 @@ class Round:
         res["lnk"].restore_cpu = r.cpu
         res["lnk"].restored_bytes = tree_size(Machine(home_b).folders(NAME).root)
         dest = self.work / "restic-out"
-        r = self.tool(["restic", "-q", "-r", str(repos["restic"]), "restore", "latest",
-                       "--target", str(dest)])
+        r = self.tool(
+            ["restic", "-q", "-r", str(repos["restic"]), "restore", "latest", "--target", str(dest)]
+        )
         res["restic"].restore_s, res["restic"].restore_rss = r.seconds, r.max_rss
         res["restic"].restore_cpu = r.cpu
         res["restic"].restored_bytes = tree_size(dest)
@@ -321,37 +353,73 @@ def table(rounds: list[dict[str, Result]], changed: int, state: int) -> str:
     rs = {t: m(t, "restore_s") for t in TOOLS}
     ib = {t: m(t, "incr_bytes") for t in TOOLS}
     pk = {t: med([r[t].peak for r in rounds]) for t in TOOLS}
-    rows.append(("first backup (s)", *(f"{f[t]:.2f}" for t in TOOLS),
-                 f"<= min(restic, borg) = {min(f['restic'], f['borg']):.2f}",
-                 verdict(f["lnk"] <= min(f["restic"], f["borg"]))))
+    rows.append(
+        (
+            "first backup (s)",
+            *(f"{f[t]:.2f}" for t in TOOLS),
+            f"<= min(restic, borg) = {min(f['restic'], f['borg']):.2f}",
+            verdict(f["lnk"] <= min(f["restic"], f["borg"])),
+        )
+    )
     rows.append(("  uploaded", *(mb(m(t, "first_bytes")) for t in TOOLS), "", ""))
-    rows.append(("incremental, 1% changed (s)", *(f"{i[t]:.2f}" for t in TOOLS),
-                 f"<= restic = {i['restic']:.2f} (aim borg {i['borg']:.2f})",
-                 verdict(i["lnk"] <= i["restic"])))
-    rows.append(("  uploaded", *(mb(ib[t]) for t in TOOLS),
-                 f"<= 1.2 x {mb(changed)} = {mb(1.2 * changed)}",
-                 verdict(ib["lnk"] <= 1.2 * changed)))
-    rows.append(("full restore (s)", *(f"{rs[t]:.2f}" for t in TOOLS),
-                 f"<= min(restic, borg) = {min(rs['restic'], rs['borg']):.2f}",
-                 verdict(rs["lnk"] <= min(rs["restic"], rs["borg"]))))
+    rows.append(
+        (
+            "incremental, 1% changed (s)",
+            *(f"{i[t]:.2f}" for t in TOOLS),
+            f"<= restic = {i['restic']:.2f} (aim borg {i['borg']:.2f})",
+            verdict(i["lnk"] <= i["restic"]),
+        )
+    )
+    rows.append(
+        (
+            "  uploaded",
+            *(mb(ib[t]) for t in TOOLS),
+            f"<= 1.2 x {mb(changed)} = {mb(1.2 * changed)}",
+            verdict(ib["lnk"] <= 1.2 * changed),
+        )
+    )
+    rows.append(
+        (
+            "full restore (s)",
+            *(f"{rs[t]:.2f}" for t in TOOLS),
+            f"<= min(restic, borg) = {min(rs['restic'], rs['borg']):.2f}",
+            verdict(rs["lnk"] <= min(rs["restic"], rs["borg"])),
+        )
+    )
     rows.append(("  restored", *(mb(m(t, "restored_bytes")) for t in TOOLS), "", ""))
-    for label, attr in (("peak RSS, first (MiB)", "first_rss"),
-                        ("peak RSS, incremental (MiB)", "incr_rss"),
-                        ("peak RSS, restore (MiB)", "restore_rss")):
+    for label, attr in (
+        ("peak RSS, first (MiB)", "first_rss"),
+        ("peak RSS, incremental (MiB)", "incr_rss"),
+        ("peak RSS, restore (MiB)", "restore_rss"),
+    ):
         rows.append((label, *(f"{m(t, attr) / MIB:.0f}" for t in TOOLS), "", ""))
-    rows.append(("peak RSS, all (MiB)", *(f"{pk[t] / MIB:.0f}" for t in TOOLS),
-                 f"<= restic = {pk['restic'] / MIB:.0f} and <= 200",
-                 verdict(pk["lnk"] <= pk["restic"] and pk["lnk"] <= MEM_CAP)))
-    for label, attr in (("CPU s (user+sys), first", "first_cpu"),
-                        ("CPU s, incremental", "incr_cpu"), ("CPU s, restore", "restore_cpu")):
+    rows.append(
+        (
+            "peak RSS, all (MiB)",
+            *(f"{pk[t] / MIB:.0f}" for t in TOOLS),
+            f"<= restic = {pk['restic'] / MIB:.0f} and <= 200",
+            verdict(pk["lnk"] <= pk["restic"] and pk["lnk"] <= MEM_CAP),
+        )
+    )
+    for label, attr in (
+        ("CPU s (user+sys), first", "first_cpu"),
+        ("CPU s, incremental", "incr_cpu"),
+        ("CPU s, restore", "restore_cpu"),
+    ):
         rows.append((label, *(f"{m(t, attr):.2f}" for t in TOOLS), "", ""))
     head = ("", "lnk", "restic", "borg", "target", "")
     widths = [max(len(r[k]) for r in [head, *rows]) for k in range(6)]
-    lines = [f"state {mb(state)}, {len(rounds)} round(s), medians; changed bytes after "
-             f"zstd -3: {mb(changed)}"]
+    lines = [
+        f"state {mb(state)}, {len(rounds)} round(s), medians; changed bytes after "
+        f"zstd -3: {mb(changed)}"
+    ]
     for r in [head, *rows]:
-        lines.append("  ".join(c.ljust(w) if k in (0, 4) else c.rjust(w) if k < 4 else c
-                               for k, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip())
+        lines.append(
+            "  ".join(
+                c.ljust(w) if k in (0, 4) else c.rjust(w) if k < 4 else c
+                for k, (c, w) in enumerate(zip(r, widths, strict=True))
+            ).rstrip()
+        )
     return "\n".join(lines)
 
 
@@ -387,10 +455,15 @@ def main(argv: list[str] | None = None) -> None:
             res, changed = rnd.backups(size // 100)
             rnd.restores(res)
             rounds.append(res)
-            print(f"round {k + 1}/{repeat}: " + ", ".join(
-                f"{t} {r.first_s:.2f}/{r.incr_s:.2f}/{r.restore_s:.2f}s "
-                f"{r.peak / MIB:.0f}MiB {mb(r.incr_bytes)}" for t, r in res.items()),
-                file=sys.stderr)
+            print(
+                f"round {k + 1}/{repeat}: "
+                + ", ".join(
+                    f"{t} {r.first_s:.2f}/{r.incr_s:.2f}/{r.restore_s:.2f}s "
+                    f"{r.peak / MIB:.0f}MiB {mb(r.incr_bytes)}"
+                    for t, r in res.items()
+                ),
+                file=sys.stderr,
+            )
             if a.json:
                 print(json.dumps({t: vars(r) for t, r in res.items()}), file=sys.stderr)
         print(table(rounds, changed, state))

@@ -128,8 +128,11 @@ class Bench:
         """``lnk agent move`` to the other host; its JSON plus wall and wire bytes."""
         dst = self.other(name)
         w0, t0 = wire(self.hosts), time.perf_counter()
-        out = json.loads(self.lnk("agent", "move", "--agent", name, "--to", BOX[dst.name],
-                                  "--json", cipher=cipher))
+        out = json.loads(
+            self.lnk(
+                "agent", "move", "--agent", name, "--to", BOX[dst.name], "--json", cipher=cipher
+            )
+        )
         out["wall_s"] = time.perf_counter() - t0
         out["wire_bytes"] = wire(self.hosts) - w0
         self.where[name] = dst.name
@@ -137,7 +140,7 @@ class Bench:
 
     def move_changed(self, name: str) -> dict[str, Any]:
         """A move run in this process, 1 MiB changed at the source after the bulk."""
-        from lnk.transport import move as mv
+        from lnk.move import move as mv
 
         src = self.hosts[self.where[name]]
         dst = self.other(name)
@@ -203,8 +206,12 @@ def peers(b: Bench, name: str, state: int, cipher: str | None) -> dict[str, floa
         out = dst.dir / "tar-peer"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
-        tar_s.append(sh(f"{ssh} {src.name} -- 'tar c -C {root} . | zstd -q -3 -T1' | "
-                        f"{ssh} {dst.name} -- 'zstd -q -d | tar x -C {out}'"))
+        tar_s.append(
+            sh(
+                f"{ssh} {src.name} -- 'tar c -C {root} . | zstd -q -3 -T1' | "
+                f"{ssh} {dst.name} -- 'zstd -q -d | tar x -C {out}'"
+            )
+        )
         shutil.rmtree(out, ignore_errors=True)
         raw_s.append(sh(f"{ssh} {src.name} -- 'cat {raw}' | {ssh} {dst.name} -- 'cat >/dev/null'"))
     return {"tar_s": med(tar_s), "raw_rate": state / med(raw_s)}
@@ -261,8 +268,13 @@ def pauses(b: Bench, size: int) -> tuple[int, float, list[float]]:
 
 # ---- the table -----------------------------------------------------------------
 def fmt_b(n: float) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB" if n >= MIB \
+    return (
+        f"{n / GIB:.2f} GiB"
+        if n >= GIB
+        else f"{n / MIB:.1f} MiB"
+        if n >= MIB
         else f"{n / KIB:.1f} KiB"
+    )
 
 
 def verdict(ok: bool) -> str:
@@ -295,11 +307,20 @@ def run(a: argparse.Namespace, hosts: Hosts, note: Callable[[str], None]) -> lis
     cold_g = cold_moves(b, "bench", GCM)
     rate = state / cold["wall_s"]
     rows += [
-        (f"1 cold move wall, {fmt_b(state)}", f"{cold['wall_s']:.2f} s", f"{p['tar_s']:.2f} s",
-         f"{cold['wall_s'] / p['tar_s']:.2f}",
-         f"<= tar|zstd: {verdict(cold['wall_s'] <= p['tar_s'])}"),
-        ("1 cold move state rate", f"{rate / MIB:.0f} MiB/s", f"{p['raw_rate'] / MIB:.0f} MiB/s",
-         f"{rate / p['raw_rate']:.2f}", f">= 0.70 raw: {verdict(rate >= 0.7 * p['raw_rate'])}"),
+        (
+            f"1 cold move wall, {fmt_b(state)}",
+            f"{cold['wall_s']:.2f} s",
+            f"{p['tar_s']:.2f} s",
+            f"{cold['wall_s'] / p['tar_s']:.2f}",
+            f"<= tar|zstd: {verdict(cold['wall_s'] <= p['tar_s'])}",
+        ),
+        (
+            "1 cold move state rate",
+            f"{rate / MIB:.0f} MiB/s",
+            f"{p['raw_rate'] / MIB:.0f} MiB/s",
+            f"{rate / p['raw_rate']:.2f}",
+            f">= 0.70 raw: {verdict(rate >= 0.7 * p['raw_rate'])}",
+        ),
         ("  (cold: bulk / pause)", f"{cold['bulk_s']:.2f} / {cold['pause_s']:.2f} s", "", "", ""),
     ]
     note("moves back, nothing changed")
@@ -307,14 +328,27 @@ def run(a: argparse.Namespace, hosts: Hosts, note: Callable[[str], None]) -> lis
     note("rsync peer")
     rs = rsync_peer(b, "bench")
     rows += [
-        ("3 move back: wire bytes", fmt_b(back["wire_bytes"]), f"state {fmt_b(state)}",
-         f"{back['wire_bytes'] / state:.4f}",
-         f"<= 0.005: {verdict(back['wire_bytes'] <= 0.005 * state)}"),
-        ("3 move back: wall", f"{back['wall_s']:.2f} s", f"rsync {rs['wall_s']:.2f} s",
-         f"{back['wall_s'] / rs['wall_s']:.2f}",
-         f"<= rsync: {verdict(back['wall_s'] <= rs['wall_s'])}"),
-        ("  (move back file data sent / rsync wire)", fmt_b(back["data_bytes"]),
-         fmt_b(rs["wire_bytes"]), "", ""),
+        (
+            "3 move back: wire bytes",
+            fmt_b(back["wire_bytes"]),
+            f"state {fmt_b(state)}",
+            f"{back['wire_bytes'] / state:.4f}",
+            f"<= 0.005: {verdict(back['wire_bytes'] <= 0.005 * state)}",
+        ),
+        (
+            "3 move back: wall",
+            f"{back['wall_s']:.2f} s",
+            f"rsync {rs['wall_s']:.2f} s",
+            f"{back['wall_s'] / rs['wall_s']:.2f}",
+            f"<= rsync: {verdict(back['wall_s'] <= rs['wall_s'])}",
+        ),
+        (
+            "  (move back file data sent / rsync wire)",
+            fmt_b(back["data_bytes"]),
+            fmt_b(rs["wire_bytes"]),
+            "",
+            "",
+        ),
     ]
     base: float | None = None
     for gib in a.history:
@@ -324,22 +358,49 @@ def run(a: argparse.Namespace, hosts: Hosts, note: Callable[[str], None]) -> lis
         note("  " + " ".join(f"{g:.2f}" for g in got))
         if base is None:
             base = pause
-            rows.append((f"2 pause, {fmt_b(hist)} history", f"{pause:.2f} s", "", "",
-                         f"<= 2 s: {verdict(pause <= 2)}"))
+            rows.append(
+                (
+                    f"2 pause, {fmt_b(hist)} history",
+                    f"{pause:.2f} s",
+                    "",
+                    "",
+                    f"<= 2 s: {verdict(pause <= 2)}",
+                )
+            )
         else:
             ok = pause <= 2 and pause <= 1.5 * base
-            rows.append((f"2 pause, {fmt_b(hist)} history", f"{pause:.2f} s",
-                         f"{base:.2f} s (first)", f"{pause / base:.2f}",
-                         f"<= 2 s, <= 1.5x: {verdict(ok)}"))
+            rows.append(
+                (
+                    f"2 pause, {fmt_b(hist)} history",
+                    f"{pause:.2f} s",
+                    f"{base:.2f} s (first)",
+                    f"{pause / base:.2f}",
+                    f"<= 2 s, <= 1.5x: {verdict(ok)}",
+                )
+            )
     g_rate = state / cold_g["wall_s"]
     rows += [
-        ("4 raw pipe A->here->B", f"gcm {pg['raw_rate'] / MIB:.0f} MiB/s",
-         f"default {p['raw_rate'] / MIB:.0f} MiB/s", f"{pg['raw_rate'] / p['raw_rate']:.2f}",
-         "info"),
-        ("4 cold move rate", f"gcm {g_rate / MIB:.0f} MiB/s", f"default {rate / MIB:.0f} MiB/s",
-         f"{g_rate / rate:.2f}", "info"),
-        ("4 tar|zstd wall", f"gcm {pg['tar_s']:.2f} s", f"default {p['tar_s']:.2f} s",
-         f"{pg['tar_s'] / p['tar_s']:.2f}", "info"),
+        (
+            "4 raw pipe A->here->B",
+            f"gcm {pg['raw_rate'] / MIB:.0f} MiB/s",
+            f"default {p['raw_rate'] / MIB:.0f} MiB/s",
+            f"{pg['raw_rate'] / p['raw_rate']:.2f}",
+            "info",
+        ),
+        (
+            "4 cold move rate",
+            f"gcm {g_rate / MIB:.0f} MiB/s",
+            f"default {rate / MIB:.0f} MiB/s",
+            f"{g_rate / rate:.2f}",
+            "info",
+        ),
+        (
+            "4 tar|zstd wall",
+            f"gcm {pg['tar_s']:.2f} s",
+            f"default {p['tar_s']:.2f} s",
+            f"{pg['tar_s'] / p['tar_s']:.2f}",
+            "info",
+        ),
     ]
     return rows
 
@@ -348,8 +409,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--size", type=float, default=2.0, help="GiB of the cold-move agent")
-    ap.add_argument("--history", default="0.1,1",
-                    help="GiB of history for the pause, comma-separated; the first is the base")
+    ap.add_argument(
+        "--history",
+        default="0.1,1",
+        help="GiB of history for the pause, comma-separated; the first is the base",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     ap.add_argument("--keep", action="store_true", help="keep the hosts' folders")
     a = ap.parse_args(argv)
@@ -370,8 +434,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"lnk agent move, hostA -> this computer -> hostB, {os.cpu_count()} cores, "
-          f"median of {a.repeat}")
+    print(
+        f"lnk agent move, hostA -> this computer -> hostB, {os.cpu_count()} cores, "
+        f"median of {a.repeat}"
+    )
     print_table(rows)
 
 

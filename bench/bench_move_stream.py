@@ -95,9 +95,12 @@ def _reap(p: Proc) -> None:
     p.cpu = ru.ru_utime + ru.ru_stime
 
 
-def pipeline(stages: list[tuple[str, str, list[str], dict[str, str] | None]],
-             stdin: IO[bytes] | None = None, stdout: IO[bytes] | int | None = None,
-             log: Path | None = None) -> tuple[float, list[Proc]]:
+def pipeline(
+    stages: list[tuple[str, str, list[str], dict[str, str] | None]],
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | int | None = None,
+    log: Path | None = None,
+) -> tuple[float, list[Proc]]:
     """Run ``a | b | c`` (each stage: name, side, argv, env); wall seconds and the procs."""
     procs: list[Proc] = []
     err = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
@@ -106,8 +109,9 @@ def pipeline(stages: list[tuple[str, str, list[str], dict[str, str] | None]],
     try:
         for i, (name, side, argv, env) in enumerate(stages):
             last = i == len(stages) - 1
-            pp = subprocess.Popen(argv, stdin=prev, stdout=stdout if last else subprocess.PIPE,
-                                  stderr=err, env=env)
+            pp = subprocess.Popen(
+                argv, stdin=prev, stdout=stdout if last else subprocess.PIPE, stderr=err, env=env
+            )
             if prev is not None and prev is not stdin:
                 prev.close()  # the child holds it now
             prev = pp.stdout
@@ -133,64 +137,106 @@ def lnk_json(home: Path, *args: str) -> dict[str, Any]:
     return dict(json.loads(out.stdout))
 
 
-def lnk_send(a: Path, b: Path, work: Path, label: str, agent_id: str | None = None,
-             inventory: bool = False) -> Run:
+def lnk_send(
+    a: Path, b: Path, work: Path, label: str, agent_id: str | None = None, inventory: bool = False
+) -> Run:
     """prepare on B, then send | receive; the prepare (and inventory) are timed apart."""
     t0 = time.perf_counter()
     prep = ["--agent-id", agent_id] if agent_id else []
     info = lnk_json(b, "agent", "state-receive", "--prepare", "--json", *prep)
     rid, key = info["receiver"], info["public_key"]
-    send = [*LNK, "agent", "state-send", "--agent", NAME, "--to", key,
-            "--report", str(work / f"{label}-send.json")]
+    send = [
+        *LNK,
+        "agent",
+        "state-send",
+        "--agent",
+        NAME,
+        "--to",
+        key,
+        "--report",
+        str(work / f"{label}-send.json"),
+    ]
     if inventory:
         inv = work / f"{label}.inv"
         with open(inv, "wb") as f:
-            subprocess.run([*LNK, "agent", "state-receive", "--receiver", rid, "--inventory"],
-                           env=env_for(b), check=True, stdout=f)
+            subprocess.run(
+                [*LNK, "agent", "state-receive", "--receiver", rid, "--inventory"],
+                env=env_for(b),
+                check=True,
+                stdout=f,
+            )
         send += ["--inventory", str(inv)]
     prepare_s = time.perf_counter() - t0
     cached = drop_caches()
     with open(work / f"{label}-recv.json", "wb") as out:
         seconds, procs = pipeline(
-            [("lnk send", "send", send, env_for(a)),
-             ("lnk receive", "receive", [*LNK, "agent", "state-receive", "--receiver", rid,
-                                         "--json"], env_for(b))],
-            stdout=out, log=work / "lnk.log")
+            [
+                ("lnk send", "send", send, env_for(a)),
+                (
+                    "lnk receive",
+                    "receive",
+                    [*LNK, "agent", "state-receive", "--receiver", rid, "--json"],
+                    env_for(b),
+                ),
+            ],
+            stdout=out,
+            log=work / "lnk.log",
+        )
     rep = json.loads((work / f"{label}-send.json").read_text())
     recv = json.loads((work / f"{label}-recv.json").read_text())
     if not recv.get("committed"):
         raise SystemExit(f"{label}: the receive did not commit: {recv}")
-    return Run(label, seconds, int(rep["wire_bytes"]), procs[0].maxrss, procs[1].maxrss,
-               procs[0].cpu, procs[1].cpu,
-               {"prepare_s": prepare_s, "dropped": cached, "send": rep, "receive": recv,
-                "pipe_bytes": procs[0].wchar})
+    return Run(
+        label,
+        seconds,
+        int(rep["wire_bytes"]),
+        procs[0].maxrss,
+        procs[1].maxrss,
+        procs[0].cpu,
+        procs[1].cpu,
+        {
+            "prepare_s": prepare_s,
+            "dropped": cached,
+            "send": rep,
+            "receive": recv,
+            "pipe_bytes": procs[0].wchar,
+        },
+    )
 
 
 def peer_run(a: Path, work: Path) -> Run:
     keyfile = work / "age.key"
     if not keyfile.exists():
         subprocess.run(["age-keygen", "-o", str(keyfile)], check=True, capture_output=True)
-    pub = subprocess.run(["age-keygen", "-y", str(keyfile)], check=True, capture_output=True,
-                         text=True).stdout.strip()
+    pub = subprocess.run(
+        ["age-keygen", "-y", str(keyfile)], check=True, capture_output=True, text=True
+    ).stdout.strip()
     dest = work / "peer"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir()
     cached = drop_caches()
-    seconds, procs = pipeline([
-        ("tar c", "send", ["tar", "-C", str(a / "Link" / "Agents"), "-cf", "-", NAME], None),
-        ("zstd -3", "send", ["zstd", "-3", "-T0", "-q", "-c"], None),
-        ("age -r", "send", ["age", "-r", pub], None),
-        ("age -d", "receive", ["age", "-d", "-i", str(keyfile)], None),
-        ("zstd -d", "receive", ["zstd", "-d", "-q", "-c"], None),
-        ("tar x", "receive", ["tar", "-C", str(dest), "-xf", "-"], None),
-    ], log=work / "peer.log")
+    seconds, procs = pipeline(
+        [
+            ("tar c", "send", ["tar", "-C", str(a / "Link" / "Agents"), "-cf", "-", NAME], None),
+            ("zstd -3", "send", ["zstd", "-3", "-T0", "-q", "-c"], None),
+            ("age -r", "send", ["age", "-r", pub], None),
+            ("age -d", "receive", ["age", "-d", "-i", str(keyfile)], None),
+            ("zstd -d", "receive", ["zstd", "-d", "-q", "-c"], None),
+            ("tar x", "receive", ["tar", "-C", str(dest), "-xf", "-"], None),
+        ],
+        log=work / "peer.log",
+    )
     wire = next(p.wchar for p in procs if p.name == "age -r")
-    return Run("peer", seconds, wire,
-               max(p.maxrss for p in procs if p.side == "send"),
-               max(p.maxrss for p in procs if p.side == "receive"),
-               sum(p.cpu for p in procs if p.side == "send"),
-               sum(p.cpu for p in procs if p.side == "receive"),
-               {"dropped": cached, "procs": {p.name: p.maxrss for p in procs}})
+    return Run(
+        "peer",
+        seconds,
+        wire,
+        max(p.maxrss for p in procs if p.side == "send"),
+        max(p.maxrss for p in procs if p.side == "receive"),
+        sum(p.cpu for p in procs if p.side == "send"),
+        sum(p.cpu for p in procs if p.side == "receive"),
+        {"dropped": cached, "procs": {p.name: p.maxrss for p in procs}},
+    )
 
 
 def check_same(a: Path, b: Path) -> None:
@@ -209,37 +255,67 @@ def median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
 
 
-def report(state: int, gen: dict[str, Any], first: Run, peer: Run, second: Run,
-           runs: dict[str, list[Run]]) -> bool:
+def report(
+    state: int, gen: dict[str, Any], first: Run, peer: Run, second: Run, runs: dict[str, list[Run]]
+) -> bool:
     rows = []
     for r in (first, peer, second):
         ratio = (peer.seconds / r.seconds) if r is not second else None
         n = len(runs[r.label])
-        rows.append([r.label, f"{state / r.seconds / 1e6:,.0f}", f"{r.seconds:.2f}",
-                     f"({n}x: " + ",".join(f"{x.seconds:.1f}" for x in runs[r.label]) + ")",
-                     mb(r.wire), f"{r.rss_send / MIB:.0f}", f"{r.rss_recv / MIB:.0f}",
-                     f"{r.cpu_send:.1f}", f"{r.cpu_recv:.1f}", f"{ratio:.2f}x" if ratio else "-"])
-    head = ["run", "MB/s", "wall s", "runs", "wire MB", "RSS send MiB", "RSS recv MiB",
-            "CPU s send", "CPU s recv", "vs peer"]
+        rows.append(
+            [
+                r.label,
+                f"{state / r.seconds / 1e6:,.0f}",
+                f"{r.seconds:.2f}",
+                f"({n}x: " + ",".join(f"{x.seconds:.1f}" for x in runs[r.label]) + ")",
+                mb(r.wire),
+                f"{r.rss_send / MIB:.0f}",
+                f"{r.rss_recv / MIB:.0f}",
+                f"{r.cpu_send:.1f}",
+                f"{r.cpu_recv:.1f}",
+                f"{ratio:.2f}x" if ratio else "-",
+            ]
+        )
+    head = [
+        "run",
+        "MB/s",
+        "wall s",
+        "runs",
+        "wire MB",
+        "RSS send MiB",
+        "RSS recv MiB",
+        "CPU s send",
+        "CPU s recv",
+        "vs peer",
+    ]
     widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
     print()
-    print(f"state: {mb(state)} MB ({gen.get('files')} files, {gen.get('events')} events in "
-          f"{gen.get('conversations')} conversations, store {gen.get('store')}); "
-          f"{os.cpu_count()} CPUs; page cache "
-          f"{'dropped before each run' if first.extra['dropped'] else 'NOT dropped (not root)'}")
+    print(
+        f"state: {mb(state)} MB ({gen.get('files')} files, {gen.get('events')} events in "
+        f"{gen.get('conversations')} conversations, store {gen.get('store')}); "
+        f"{os.cpu_count()} CPUs; page cache "
+        f"{'dropped before each run' if first.extra['dropped'] else 'NOT dropped (not root)'}"
+    )
     for row in [head, *rows]:
         print("  ".join(str(c).rjust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"second send: receiver prepare + inventory {second.extra['prepare_s']:.2f} s "
-          f"(not in its wall time); first send's prepare {first.extra['prepare_s']:.2f} s")
+    print(
+        f"second send: receiver prepare + inventory {second.extra['prepare_s']:.2f} s "
+        f"(not in its wall time); first send's prepare {first.extra['prepare_s']:.2f} s"
+    )
     ratio = peer.seconds / first.seconds
     rss = max(first.rss_send, first.rss_recv, second.rss_send, second.rss_recv)
     checks = [
         (f"throughput >= peer ({ratio:.2f}x; aim {AIM_RATIO}x)", ratio >= TARGET_RATIO),
-        (f"second send bytes <= {TARGET_SECOND_BYTES:.1%} of the first "
-         f"({second.wire / first.wire:.2%})", second.wire <= TARGET_SECOND_BYTES * first.wire),
-        (f"second send time <= {TARGET_SECOND_TIME:.0%} of the first "
-         f"({second.seconds / first.seconds:.1%})",
-         second.seconds <= TARGET_SECOND_TIME * first.seconds),
+        (
+            f"second send bytes <= {TARGET_SECOND_BYTES:.1%} of the first "
+            f"({second.wire / first.wire:.2%})",
+            second.wire <= TARGET_SECOND_BYTES * first.wire,
+        ),
+        (
+            f"second send time <= {TARGET_SECOND_TIME:.0%} of the first "
+            f"({second.seconds / first.seconds:.1%})",
+            second.seconds <= TARGET_SECOND_TIME * first.seconds,
+        ),
         (f"peak RSS of either side <= 200 MiB ({rss / MIB:.0f} MiB)", rss <= TARGET_RSS),
     ]
     ok = True
@@ -255,13 +331,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--files", type=int, help="small-files mode: this many files")
     p.add_argument("--quick", action="store_true", help="about 200 MiB, a smoke run")
     p.add_argument("--big", action="store_true", help="1,000,000 small files (memory bound)")
-    p.add_argument("--runs", type=int, default=1, help="repeat the first send and the peer; "
-                   "medians are reported")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="repeat the first send and the peer; medians are reported",
+    )
     p.add_argument("--store", choices=["files", "sqlite"], default="files")
     p.add_argument("--workdir", type=Path, help="reuse (or make) the generated agent here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
-    p.add_argument("--warm-hashes", action="store_true",
-                   help="keep the sender's hash cache between first sends (default: cleared)")
+    p.add_argument(
+        "--warm-hashes",
+        action="store_true",
+        help="keep the sender's hash cache between first sends (default: cleared)",
+    )
     p.add_argument("--json", type=Path, help="also write the results as JSON to this file")
     a = p.parse_args(argv)
     size = int((0.2 if a.quick else a.size) * GIB)
@@ -297,16 +380,22 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {runs['peer'][-1].seconds:.2f} s", flush=True)
             shutil.rmtree(work / "peer", ignore_errors=True)
         print("lnk second send (inventory, nothing changed) ...", flush=True)
-        runs["lnk second"].append(lnk_send(home_a, home_b, work, "lnk second",
-                                           agent_id=gen["agent_id"], inventory=True))
+        runs["lnk second"].append(
+            lnk_send(home_a, home_b, work, "lnk second", agent_id=gen["agent_id"], inventory=True)
+        )
         check_same(home_a, home_b)
         first, peer, second = (median_run(runs[k]) for k in ("lnk first", "peer", "lnk second"))
         ok = report(state, gen, first, peer, second, runs)
         if a.json:
-            a.json.write_text(json.dumps({k: [vars(r) for r in v] for k, v in runs.items()},
-                                         indent=1, default=str))
-        print(f"median of {a.runs} run(s); lnk MB/s median "
-              f"{statistics.median(state / r.seconds / 1e6 for r in runs['lnk first']):,.0f}")
+            a.json.write_text(
+                json.dumps(
+                    {k: [vars(r) for r in v] for k, v in runs.items()}, indent=1, default=str
+                )
+            )
+        print(
+            f"median of {a.runs} run(s); lnk MB/s median "
+            f"{statistics.median(state / r.seconds / 1e6 for r in runs['lnk first']):,.0f}"
+        )
         sys.exit(0 if ok else 1)
     finally:
         if not a.keep and not a.workdir:

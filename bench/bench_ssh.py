@@ -42,8 +42,7 @@ def _size(text: str) -> int:
 def plain(hosts: Hosts, size: int, cipher: str | None) -> float:
     c = f"-c {cipher} " if cipher else ""
     ssh = f"ssh -F {hosts.ssh_config} {c}"
-    line = (f"{ssh}hostA -- 'head -c {size} /dev/zero' | "
-            f"{ssh}hostB -- 'wc -c' ")
+    line = f"{ssh}hostA -- 'head -c {size} /dev/zero' | {ssh}hostB -- 'wc -c' "
     t = time.perf_counter()
     out = subprocess.run(line, shell=True, check=True, capture_output=True).stdout
     elapsed = time.perf_counter() - t
@@ -54,8 +53,7 @@ def plain(hosts: Hosts, size: int, cipher: str | None) -> float:
 def with_legs(hosts: Hosts, size: int, cipher: str | None) -> float:
     os.environ["LNK_SSH_COMMAND"] = hosts.ssh_command + (f" -c {cipher}" if cipher else "")
     t = time.perf_counter()
-    pipe(SshLeg("hostA"), f"head -c {size} /dev/zero", SshLeg("hostB"),
-         'wc -c > "$HOME/count"')
+    pipe(SshLeg("hostA"), f"head -c {size} /dev/zero", SshLeg("hostB"), 'wc -c > "$HOME/count"')
     elapsed = time.perf_counter() - t
     got = SshLeg("hostB").run_shell('cat "$HOME/count"').stdout
     assert int(got.split()[0]) == size, got
@@ -65,8 +63,10 @@ def with_legs(hosts: Hosts, size: int, cipher: str | None) -> float:
 def through_python(hosts: Hosts, size: int, cipher: str | None) -> float:
     os.environ["LNK_SSH_COMMAND"] = hosts.ssh_command + (f" -c {cipher}" if cipher else "")
     t = time.perf_counter()
-    with SshLeg("hostA").popen_shell(f"head -c {size} /dev/zero") as a, \
-            SshLeg("hostB").popen_shell('wc -c > "$HOME/count"', stdin=subprocess.PIPE) as b:
+    with (
+        SshLeg("hostA").popen_shell(f"head -c {size} /dev/zero") as a,
+        SshLeg("hostB").popen_shell('wc -c > "$HOME/count"', stdin=subprocess.PIPE) as b,
+    ):
         assert a.stdout is not None and b.stdin is not None
         src, dst = a.stdout.fileno(), b.stdin
         while chunk := os.read(src, 1 << 20):
@@ -100,8 +100,11 @@ def main() -> None:
             print(f"{'case':28} {'cipher':24} {'seconds':>8} {'MiB/s':>8}")
             for label, fn, cipher in cases:
                 best = min(fn(hosts, size, cipher) for _ in range(args.repeat))
-                print(f"{label:28} {cipher or 'default':24} {best:8.2f} "
-                      f"{size / best / (1 << 20):8.0f}", flush=True)
+                print(
+                    f"{label:28} {cipher or 'default':24} {best:8.2f} "
+                    f"{size / best / (1 << 20):8.0f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,12 @@ def bodies(kind: str, mib: int) -> Iterator[bytes]:
             while len(buf) < RECORD_MAX:
                 words = b" ".join(rnd.choices(vocab, k=rnd.randrange(4, 30)))
                 buf += b'{"role":"assistant","id":"%s","seq":%d,"content":"%s"}\n' % (
-                    rnd.randbytes(8).hex().encode(), i, words)
+                    rnd.randbytes(8).hex().encode(),
+                    i,
+                    words,
+                )
             yield bytes(buf[:RECORD_MAX])
+
 
 def run(kind: str, workers: int, mib: int, key: ReceiverKey) -> tuple[float, float, float]:
     data = list(bodies(kind, mib))
@@ -75,7 +79,9 @@ def main() -> None:
     print(f"{'data':<14}{'workers':>8}{'seal MB/s':>12}{'open MB/s':>12}{'ratio':>8}")
     for kind in ("incompressible", "json-like"):
         for workers in (1, 2):
-            seal, opn, ratio = run("random" if kind == "incompressible" else "json", workers, mib, key)
+            seal, opn, ratio = run(
+                "random" if kind == "incompressible" else "json", workers, mib, key
+            )
             print(f"{kind:<14}{workers:>8}{seal:>12.0f}{opn:>12.0f}{ratio:>8.2f}")
 
 

@@ -108,12 +108,22 @@ class Chatter:
         role = self.ROLES[n % 3]
         # message sizes: mostly short, some long (a tool's output)
         size = int(math.exp(rnd.uniform(math.log(200), math.log(40 * KIB))))
-        ev: dict[str, Any] = {"role": role, "ts": 1_700_000_000_000 + conv * 10**7 + n * 1000,
-                              "id": f"m{conv:05d}-{n:07d}", "text": self.text(size)}
+        ev: dict[str, Any] = {
+            "role": role,
+            "ts": 1_700_000_000_000 + conv * 10**7 + n * 1000,
+            "id": f"m{conv:05d}-{n:07d}",
+            "text": self.text(size),
+        }
         if role == "assistant" and rnd.random() < 0.4:
-            ev["tool_calls"] = [{"name": rnd.choice(self.tools),
-                                 "args": {"path": "/".join(rnd.choices(self.words, k=3)),
-                                          "limit": rnd.randrange(1, 1000)}}]
+            ev["tool_calls"] = [
+                {
+                    "name": rnd.choice(self.tools),
+                    "args": {
+                        "path": "/".join(rnd.choices(self.words, k=3)),
+                        "limit": rnd.randrange(1, 1000),
+                    },
+                }
+            ]
         if role == "tool":
             ev["tool"] = rnd.choice(self.tools)
             ev["ok"] = rnd.random() < 0.9
@@ -188,8 +198,16 @@ def _events(store: Store, chatter: Chatter, budget: int, stats: GenStats) -> Non
         conv += 1
 
 
-def generate(home: Path, size: int = 2 * GIB, *, files: int | None = None, name: str = "bench",
-             store: str = "files", seed: int = 1, json_share: float = 0.25) -> GenStats:
+def generate(
+    home: Path,
+    size: int = 2 * GIB,
+    *,
+    files: int | None = None,
+    name: str = "bench",
+    store: str = "files",
+    seed: int = 1,
+    json_share: float = 0.25,
+) -> GenStats:
     """Create agent ``name`` on the machine at ``home`` and fill it; returns what was made.
 
     ``files`` switches to small-files mode: that many files of 64 B - 8 KiB
@@ -219,10 +237,13 @@ def generate(home: Path, size: int = 2 * GIB, *, files: int | None = None, name:
         file_budget = json_budget // 2
         i = 0
         while stats.json_file_bytes < file_budget:
-            want = min(file_budget - stats.json_file_bytes,
-                       int(math.exp(rnd.uniform(math.log(8 * KIB), math.log(16 * MIB)))))
-            stats.json_file_bytes += _write(notes / f"conv-{i:05d}.jsonl",
-                                            _jsonl(chatter, i, want), 10**6 + i)
+            want = min(
+                file_budget - stats.json_file_bytes,
+                int(math.exp(rnd.uniform(math.log(8 * KIB), math.log(16 * MIB)))),
+            )
+            stats.json_file_bytes += _write(
+                notes / f"conv-{i:05d}.jsonl", _jsonl(chatter, i, want), 10**6 + i
+            )
             stats.files += 1
             i += 1
         json_budget -= stats.json_file_bytes
@@ -251,8 +272,9 @@ def _jsonl(chatter: Chatter, conv: int, want: int) -> Any:
         yield bytes(buf)
 
 
-def _small_files(root: Path, count: int, rnd: random.Random, chatter: Chatter, rb: RandomBytes,
-                 stats: GenStats) -> None:
+def _small_files(
+    root: Path, count: int, rnd: random.Random, chatter: Chatter, rb: RandomBytes, stats: GenStats
+) -> None:
     words = chatter.text(64 * KIB).encode()
     for i in range(count):
         d = root / "many" / f"g{i // 1_000_000:02d}" / f"d{(i // 1000) % 1000:03d}"
@@ -261,7 +283,7 @@ def _small_files(root: Path, count: int, rnd: random.Random, chatter: Chatter, r
         size = rnd.randrange(64, 8 * KIB)
         if i % 2:
             off = rnd.randrange(0, len(words) - size)
-            body = f"{i}\n".encode() + words[off:off + size]
+            body = f"{i}\n".encode() + words[off : off + size]
             stats.json_file_bytes += _write(d / f"f{i:07d}.txt", [body], i)
         else:
             stats.random_bytes += _write(d / f"f{i:07d}.bin", [rb.take(size)], i)
@@ -289,8 +311,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
     a.home.mkdir(parents=True, exist_ok=True)
-    stats = generate(a.home, int(a.size * GIB), files=a.files, name=a.name, store=a.store,
-                     seed=a.seed)
+    stats = generate(
+        a.home, int(a.size * GIB), files=a.files, name=a.name, store=a.store, seed=a.seed
+    )
     json.dump(stats.to_json(), sys.stdout, indent=2)
     sys.stdout.write("\n")
 

@@ -100,8 +100,19 @@ class Interrupted(LnkError):
 EXIT_CODES: dict[str, int] = {
     cls.__name__: cls.exit_code
     for cls in (
-        LnkError, UsageError, NotFound, AlreadyExists, InvalidInput, Refused,
-        SandboxUnavailable, AgentNotRunning, PortsUnavailable, StreamError,
-        FormatMismatch, TransportError, BackupError, Interrupted,
+        LnkError,
+        UsageError,
+        NotFound,
+        AlreadyExists,
+        InvalidInput,
+        Refused,
+        SandboxUnavailable,
+        AgentNotRunning,
+        PortsUnavailable,
+        StreamError,
+        FormatMismatch,
+        TransportError,
+        BackupError,
+        Interrupted,
     )
 }

@@ -14,13 +14,14 @@ import pytest
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.agents.runner import wait_for_endpoint
 from lnk.harness.client import read_key
+from lnk.runtime.runner import wait_for_endpoint
 
 
 class Running:
-    def __init__(self, agent: registry.Agent, proc: subprocess.Popen[bytes],
-                 endpoint: dict[str, Any]) -> None:
+    def __init__(
+        self, agent: registry.Agent, proc: subprocess.Popen[bytes], endpoint: dict[str, Any]
+    ) -> None:
         self.agent = agent
         self.proc = proc
         self.endpoint = endpoint
@@ -44,9 +45,15 @@ def start_agent(home: Path) -> Iterator[Callable[..., Running]]:
     """start_agent(name, sandbox=False, store="files", env=None, model=None) -> Running."""
     started: list[Running] = []
 
-    def start(name: str = "main", *, sandbox: bool = False, store: str = "files",
-              env: dict[str, str] | None = None, model: Any = None,
-              agent: registry.Agent | None = None) -> Running:
+    def start(
+        name: str = "main",
+        *,
+        sandbox: bool = False,
+        store: str = "files",
+        env: dict[str, str] | None = None,
+        model: Any = None,
+        agent: registry.Agent | None = None,
+    ) -> Running:
         machine = Machine.current()
         if agent is None:
             agent = registry.create(machine, name, store=store, model=model)
@@ -55,9 +62,12 @@ def start_agent(home: Path) -> Iterator[Callable[..., Running]]:
         log = agent.runtime / "harness.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "lnk.agents.runner", agent.id],
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})})
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lnk.runtime.runner", agent.id],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
         try:
             endpoint = wait_for_endpoint(agent.runtime, timeout=60, proc=proc)
         except BaseException:

@@ -78,8 +78,12 @@ class Hosts:
         return env
 
     def ssh(self, host: str, command: str, **kw: object) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(["ssh", "-F", str(self.ssh_config), host, "--", command],
-                              stdin=subprocess.DEVNULL, capture_output=True, **kw)  # type: ignore[call-overload]
+        return subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), host, "--", command],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            **kw,
+        )  # type: ignore[call-overload]
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -133,8 +137,10 @@ def _pick_subnet() -> int:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name,
-                    "-f", str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)],
+        check=True,
+    )
 
 
 def _write_exec(path: Path, text: str) -> None:
@@ -142,8 +148,9 @@ def _write_exec(path: Path, text: str) -> None:
     path.chmod(0o755)
 
 
-def _wait_port(address: str, port: int, proc: subprocess.Popen[bytes], log: Path,
-               deadline: float = 20.0) -> None:
+def _wait_port(
+    address: str, port: int, proc: subprocess.Popen[bytes], log: Path, deadline: float = 20.0
+) -> None:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -169,14 +176,16 @@ def start_hosts(root: Path, tag: str = "") -> Hosts:
         raise RuntimeError("the SSH test hosts need root (network namespaces)")
     for tool in ("ip", "ssh", "ssh-keygen", SSHD):
         if not shutil.which(tool):
-            raise RuntimeError(f"{tool} is missing: apt-get install -y iproute2 openssh-server "
-                               "openssh-client")
+            raise RuntimeError(
+                f"{tool} is missing: apt-get install -y iproute2 openssh-server openssh-client"
+            )
     clean_stale()
     pid = os.getpid()
     n = _pick_subnet()
     bridge = f"{PREFIX}{pid}{tag}br"
-    hosts = Hosts(root=root, bridge=bridge, bridge_address=f"10.201.{n}.1",
-                  ssh_config=root / "ssh_config")
+    hosts = Hosts(
+        root=root, bridge=bridge, bridge_address=f"10.201.{n}.1", ssh_config=root / "ssh_config"
+    )
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     client_key = root / "client_key"
     _keygen(client_key)
@@ -192,10 +201,20 @@ def start_hosts(root: Path, tag: str = "") -> Hosts:
             known.append(f"{host.address} {pub[0]} {pub[1]}")
             cfg += [f"Host {name}", f"  HostName {host.address}", ""]
         cfg += ["Host hostDown", f"  HostName {hosts.bridge_address}", "  Port 1", ""]
-        cfg += ["Host *", "  User root", f"  IdentityFile {client_key}", "  IdentitiesOnly yes",
-                f"  UserKnownHostsFile {root / 'known_hosts'}", "  GlobalKnownHostsFile /dev/null",
-                "  StrictHostKeyChecking yes", "  BatchMode yes", "  CheckHostIP no",
-                "  ConnectTimeout 10", "  LogLevel ERROR", ""]
+        cfg += [
+            "Host *",
+            "  User root",
+            f"  IdentityFile {client_key}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {root / 'known_hosts'}",
+            "  GlobalKnownHostsFile /dev/null",
+            "  StrictHostKeyChecking yes",
+            "  BatchMode yes",
+            "  CheckHostIP no",
+            "  ConnectTimeout 10",
+            "  LogLevel ERROR",
+            "",
+        ]
         (root / "known_hosts").write_text("\n".join(known) + "\n")
         hosts.ssh_config.write_text("\n".join(cfg))
         for host in hosts.hosts.values():
@@ -211,8 +230,15 @@ def _make_host(hosts: Hosts, name: str, pid: str, n: int, last: int, client_key:
     netns = f"{PREFIX}{pid}{letter}"
     veth = f"{PREFIX}{pid}v{letter}"
     d = hosts.root / name
-    host = Host(name=name, netns=netns, address=f"10.201.{n}.{last}", dir=d,
-                home=d / "home", bin=d / "bin", veth=veth)
+    host = Host(
+        name=name,
+        netns=netns,
+        address=f"10.201.{n}.{last}",
+        dir=d,
+        home=d / "home",
+        bin=d / "bin",
+        veth=veth,
+    )
     hosts.hosts[name] = host
     host.home.mkdir(parents=True)
     host.bin.mkdir()
@@ -228,22 +254,26 @@ def _make_host(hosts: Hosts, name: str, pid: str, n: int, last: int, client_key:
     if name in WITH_LNK:
         _write_exec(host.bin / "lnk", f'#!/bin/sh\nexec {sys.executable} -m lnk "$@"\n')
     path = f"{host.home}/.local/bin:{host.bin}:/usr/local/bin:/usr/bin:/bin"
-    (d / "sshd_config").write_text("\n".join([
-        f"ListenAddress {host.address}",
-        f"HostKey {d / 'ssh_host_ed25519_key'}",
-        f"PidFile {d / 'sshd.pid'}",
-        f"AuthorizedKeysFile {d / 'authorized_keys'}",
-        "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes no",  # keys under /tmp would fail the ownership checks
-        "PrintMotd no",
-        "X11Forwarding no",
-        f"SetEnv HOME={host.home} PATH={path} LNK_TESTING=1",
-        "AcceptEnv LNK_FAULT",
-        "",
-    ]))
+    (d / "sshd_config").write_text(
+        "\n".join(
+            [
+                f"ListenAddress {host.address}",
+                f"HostKey {d / 'ssh_host_ed25519_key'}",
+                f"PidFile {d / 'sshd.pid'}",
+                f"AuthorizedKeysFile {d / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",  # keys under /tmp would fail the ownership checks
+                "PrintMotd no",
+                "X11Forwarding no",
+                f"SetEnv HOME={host.home} PATH={path} LNK_TESTING=1",
+                "AcceptEnv LNK_FAULT",
+                "",
+            ]
+        )
+    )
     return host
 
 
@@ -251,9 +281,21 @@ def _start_sshd(host: Host) -> None:
     log = host.dir / "sshd.log"
     with log.open("wb") as f:
         host.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", host.netns, SSHD, "-D", "-e", "-f",
-             str(host.dir / "sshd_config")],
-            stdin=subprocess.DEVNULL, stdout=f, stderr=f)
+            [
+                "ip",
+                "netns",
+                "exec",
+                host.netns,
+                SSHD,
+                "-D",
+                "-e",
+                "-f",
+                str(host.dir / "sshd_config"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=f,
+        )
     _wait_port(host.address, 22, host.sshd, log)
 
 
@@ -283,6 +325,7 @@ def running_hosts(root: Path, tag: str = "") -> Iterator[Hosts]:
 
 def run_lnk(*args: str, env: dict[str, str], stdin: bytes = b"") -> tuple[int, str, str]:
     """Run ``python -m lnk ARGS`` as its own process, as a person would: (code, out, err)."""
-    r = subprocess.run([sys.executable, "-m", "lnk", *args], env=env, input=stdin,
-                       capture_output=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "lnk", *args], env=env, input=stdin, capture_output=True, timeout=300
+    )
     return r.returncode, r.stdout.decode(), r.stderr.decode()

@@ -81,7 +81,9 @@ class MotoServer:
             _stop(self.proc)
             raise
 
-    def env(self, monkeypatch: pytest.MonkeyPatch, key: str = "testing", secret: str = "testing") -> None:
+    def env(
+        self, monkeypatch: pytest.MonkeyPatch, key: str = "testing", secret: str = "testing"
+    ) -> None:
         monkeypatch.setenv("AWS_ENDPOINT_URL", self.endpoint)
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", key)
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
@@ -204,8 +206,18 @@ rgw_frontends = beast endpoint=127.0.0.1:{self.port}
         c = ["-c", self.conf]
         try:
             monmap = os.path.join(d, "monmap")
-            _run(["monmaptool", "--create", "--add", "a", f"v1:127.0.0.1:{self.mon_port}",
-                  "--fsid", fsid, monmap])
+            _run(
+                [
+                    "monmaptool",
+                    "--create",
+                    "--add",
+                    "a",
+                    f"v1:127.0.0.1:{self.mon_port}",
+                    "--fsid",
+                    fsid,
+                    monmap,
+                ]
+            )
             _run(["ceph-mon", *c, "--mkfs", "-i", "a", "--monmap", monmap])
             _run(["ceph-mon", *c, "-i", "a"])
             osd_uuid = str(uuid.uuid4())
@@ -234,10 +246,28 @@ rgw_frontends = beast endpoint=127.0.0.1:{self.port}
                     if time.monotonic() > deadline:
                         raise RuntimeError("radosgw did not answer within 60 s") from None
                     time.sleep(0.1)
-            _run(["radosgw-admin", *c, "user", "create", "--uid=admin", "--display-name=admin",
-                  f"--access-key={self.ACCESS_KEY}", f"--secret-key={self.SECRET_KEY}"])
-            _run(["radosgw-admin", *c, "caps", "add", "--uid=admin",
-                  "--caps=users=*;buckets=*;user-policy=*"])
+            _run(
+                [
+                    "radosgw-admin",
+                    *c,
+                    "user",
+                    "create",
+                    "--uid=admin",
+                    "--display-name=admin",
+                    f"--access-key={self.ACCESS_KEY}",
+                    f"--secret-key={self.SECRET_KEY}",
+                ]
+            )
+            _run(
+                [
+                    "radosgw-admin",
+                    *c,
+                    "caps",
+                    "add",
+                    "--uid=admin",
+                    "--caps=users=*;buckets=*;user-policy=*",
+                ]
+            )
         except BaseException:
             self.stop()
             raise
@@ -255,8 +285,11 @@ rgw_frontends = beast endpoint=127.0.0.1:{self.port}
         from botocore.config import Config
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.ACCESS_KEY,
-            aws_secret_access_key=self.SECRET_KEY, region_name="us-east-1",
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.ACCESS_KEY,
+            aws_secret_access_key=self.SECRET_KEY,
+            region_name="us-east-1",
             config=Config(s3={"addressing_style": "path"}),
         )
 

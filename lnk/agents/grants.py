@@ -28,8 +28,17 @@ import tomli_w
 
 from lnk.errors import InvalidInput
 
-KNOWN_SECTIONS = {"files", "network", "internet", "lan", "ports", "browser", "tcp", "tools",
-                  "commands"}
+KNOWN_SECTIONS = {
+    "files",
+    "network",
+    "internet",
+    "lan",
+    "ports",
+    "browser",
+    "tcp",
+    "tools",
+    "commands",
+}
 MAX_GRANTS_BYTES = 64 * 1024
 
 
@@ -44,8 +53,10 @@ class Filtered:
 
 def parse(text: str, where: str = "sandbox.toml") -> dict[str, Any]:
     if len(text.encode()) > MAX_GRANTS_BYTES:
-        raise InvalidInput(f"{where} is larger than {MAX_GRANTS_BYTES} bytes",
-                           hint="an agent's grants are a short TOML file")
+        raise InvalidInput(
+            f"{where} is larger than {MAX_GRANTS_BYTES} bytes",
+            hint="an agent's grants are a short TOML file",
+        )
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

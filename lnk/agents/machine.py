@@ -1,8 +1,8 @@
 """``~/.lnk/machine.toml``: this machine's own settings, which no agent reaches.
 
-    id = "m-..."            made on first use; the owner stand-in is local-<id>
-    unsandboxed = false     refuses every way of running an agent without a sandbox
-    keep_moved = "30d"      how long a moved agent's files are kept ("90d", "never")
+id = "m-..."            made on first use; the owner stand-in is local-<id>
+unsandboxed = false     refuses every way of running an agent without a sandbox
+keep_moved = "30d"      how long a moved agent's files are kept ("90d", "never")
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ class MachineSettings:
             return None
         m = KEEP_RE.match(self.keep_moved)
         if not m:
-            raise InvalidInput(f"keep_moved = {self.keep_moved!r} in machine.toml is not valid",
-                               hint='write a number of days such as "30d", or "never"')
+            raise InvalidInput(
+                f"keep_moved = {self.keep_moved!r} in machine.toml is not valid",
+                hint='write a number of days such as "30d", or "never"',
+            )
         return int(m.group(1))
 
 
@@ -49,8 +51,10 @@ def load_machine(machine: Machine) -> MachineSettings:
         changed = True
     unsandboxed = data.get("unsandboxed", True)
     if not isinstance(unsandboxed, bool):
-        raise InvalidInput(f"unsandboxed in {path} must be true or false",
-                           hint="write unsandboxed = false to refuse agents without a sandbox")
+        raise InvalidInput(
+            f"unsandboxed in {path} must be true or false",
+            hint="write unsandboxed = false to refuse agents without a sandbox",
+        )
     keep = data.get("keep_moved", "30d")
     ms = MachineSettings(id=data["id"], unsandboxed=unsandboxed, keep_moved=str(keep))
     ms.keep_moved_days()

@@ -63,8 +63,12 @@ def allocate(name: str, harness: str, taken: list[tuple[int, int]], count: int =
     )
 
 
-def random_free_block(taken: list[tuple[int, int]], count: int = BLOCK,
-                      tries: int = 200, rng: random.Random | None = None) -> int:
+def random_free_block(
+    taken: list[tuple[int, int]],
+    count: int = BLOCK,
+    tries: int = 200,
+    rng: random.Random | None = None,
+) -> int:
     rng = rng or random.Random()
     for _ in range(tries):
         base = rng.randrange(1024, LIMIT - count) // count * count

@@ -6,10 +6,12 @@ ID inside it.  Create is atomic: a failure leaves no folder and no settings.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lnk.agents import ports
 from lnk.agents.layout import AgentFolders, Machine
@@ -82,8 +84,9 @@ def find(machine: Machine, name: str | None) -> Agent:
     if name is None:
         all_names = names(machine)
         if not all_names:
-            raise NotFound("there is no agent on this machine",
-                           hint="create one with: lnk agent create NAME")
+            raise NotFound(
+                "there is no agent on this machine", hint="create one with: lnk agent create NAME"
+            )
         if len(all_names) > 1:
             raise UsageError(
                 f"there are {len(all_names)} agents here ({', '.join(all_names)}); say which",
@@ -93,8 +96,9 @@ def find(machine: Machine, name: str | None) -> Agent:
     check_name(name)
     path = machine.settings_file(name)
     if not path.exists():
-        raise NotFound(f"no agent named {name!r} on this machine",
-                       hint="lnk agent list shows the agents here")
+        raise NotFound(
+            f"no agent named {name!r} on this machine", hint="lnk agent list shows the agents here"
+        )
     return Agent(machine, load(path))
 
 
@@ -124,17 +128,25 @@ def taken_blocks(machine: Machine, except_name: str | None = None) -> list[tuple
     return blocks
 
 
-def create(machine: Machine, name: str, *, store: str = "files",
-           model: ModelSettings | None = None, agent_id: str | None = None,
-           owner: str | None = None) -> Agent:
+def create(
+    machine: Machine,
+    name: str,
+    *,
+    store: str = "files",
+    model: ModelSettings | None = None,
+    agent_id: str | None = None,
+    owner: str | None = None,
+) -> Agent:
     check_name(name)
     if store not in ("files", "sqlite"):
         raise InvalidInput(f"unknown store {store!r}", hint="use --store files or --store sqlite")
     settings_path = machine.settings_file(name)
     folders = machine.folders(name)
     if settings_path.exists() or folders.root.exists():
-        raise AlreadyExists(f"an agent named {name!r} already exists",
-                            hint="pick another name, or remove it first: lnk agent remove " + name)
+        raise AlreadyExists(
+            f"an agent named {name!r} already exists",
+            hint="pick another name, or remove it first: lnk agent remove " + name,
+        )
     ms = load_machine(machine)
     settings = Settings(
         id=agent_id or new_agent_id(),
@@ -183,3 +195,15 @@ def remove(machine: Machine, agent: Agent, *, keep_files: bool) -> Path | None:
     shutil.rmtree(agent.net, ignore_errors=True)
     agent.settings_path.unlink(missing_ok=True)
     return kept
+
+
+LAST_BACKUP = "backup-last.json"
+
+
+def last_backup(runtime: Path) -> dict[str, Any] | None:
+    """The last backup run's result, as the backup wrote it in the agent's runtime folder."""
+    try:
+        doc = json.loads((runtime / LAST_BACKUP).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None

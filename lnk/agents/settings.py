@@ -129,18 +129,26 @@ class Settings:
                 hint="fix or remove the file by hand, or restore the agent from a backup",
             ) from e
         if not ID_RE.match(s.id):
-            raise InvalidInput(f"the settings file {where} has an invalid id {s.id!r}",
-                               hint="an agent's id looks like ag- and 20 letters or digits 2-7")
+            raise InvalidInput(
+                f"the settings file {where} has an invalid id {s.id!r}",
+                hint="an agent's id looks like ag- and 20 letters or digits 2-7",
+            )
         if not OWNER_RE.match(s.owner):
-            raise InvalidInput(f"the settings file {where} has an invalid owner {s.owner!r}",
-                               hint="an owner is local-<machine> or acct-<account>")
+            raise InvalidInput(
+                f"the settings file {where} has an invalid owner {s.owner!r}",
+                hint="an owner is local-<machine> or acct-<account>",
+            )
         check_name(s.name)
         if s.store not in ("files", "sqlite"):
-            raise InvalidInput(f"the settings file {where} names an unknown store {s.store!r}",
-                               hint="store is 'files' or 'sqlite'")
+            raise InvalidInput(
+                f"the settings file {where} names an unknown store {s.store!r}",
+                hint="store is 'files' or 'sqlite'",
+            )
         if not (0 <= s.port_base <= 65535 - s.port_count) or not 1 <= s.port_count <= 16:
-            raise InvalidInput(f"the settings file {where} has invalid ports",
-                               hint="[ports] base and count must describe ports below 65536")
+            raise InvalidInput(
+                f"the settings file {where} has invalid ports",
+                hint="[ports] base and count must describe ports below 65536",
+            )
         return s
 
 

@@ -79,5 +79,4 @@ def detect_driver(chats_dir: Path) -> str:
 
 def open_agent_store(chats_dir: Path, driver: str, lapse_s: float = 60) -> Store:
     chats_dir.mkdir(parents=True, exist_ok=True)
-    return open_store(driver, store_path(chats_dir, driver),
-                      lapse_ms=max(1, int(lapse_s * 1000)))
+    return open_store(driver, store_path(chats_dir, driver), lapse_ms=max(1, int(lapse_s * 1000)))

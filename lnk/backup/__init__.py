@@ -1,7 +1,7 @@
 """Backup repositories: content-addressed, deduplicated, sealed to their owner.
 
     repo = Repository.init(open_bucket(url), owner_public)
-    with repo.writer() as w:
+    with SnapshotWriter(repo) as w:
         w.add_file("notes.md", 0o644, open(path, "rb"))
         snap = w.commit({"agent": "ada"})
     SnapshotReader(Repository.open(bucket, receiver_key=key), snap).restore(dest)

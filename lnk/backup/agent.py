@@ -12,7 +12,7 @@ A snapshot of an agent (see docs/backup.md) holds, by name:
     meta/summary.json (blob)  the counts a receiver checks
 
 A restore reads the bucket's label first, then feeds the snapshot back as the
-records a stream carries into :func:`lnk.transport.receive.receive_records`,
+records a stream carries into :func:`lnk.payload.receive.receive_records`,
 so every check and the atomic apply of a move are reused.
 """
 
@@ -35,10 +35,11 @@ from lnk.backup import agent_keys
 from lnk.backup.filecache import ChunkCache
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.backup.repository import Repository, SnapshotInfo
+from lnk.backup.writer import SnapshotWriter
 from lnk.errors import BackupError, FormatMismatch, NotFound, Refused
-from lnk.formats import manifest as M
+from lnk.payload import manifest as M
+from lnk.payload.walk import HashCache, WalkStats, walk_agent
 from lnk.transport.buckets import Bucket, open_bucket
-from lnk.transport.walk import HashCache, WalkStats, walk_agent
 
 LABEL = "lnk-layout"
 LAYOUT = "2"
@@ -101,12 +102,15 @@ def open_for_writing(machine: Machine, bucket: Bucket, url: str) -> tuple[Reposi
     elif keys.private is not None:
         repo = Repository.open(bucket, receiver_key=keys.private)
     else:
-        raise Refused(f"this machine holds no writer secret for the repository in {url}",
-                      hint=f"install the owner's key with the repository's secret: "
-                           f"{agent_keys.IMPORT_HINT}")
+        raise Refused(
+            f"this machine holds no writer secret for the repository in {url}",
+            hint=f"install the owner's key with the repository's secret: {agent_keys.IMPORT_HINT}",
+        )
     if repo.owner.raw != keys.public.raw:
-        raise Refused(f"the repository in {url} belongs to another backup key",
-                      hint="back up to another URL, or import that repository's key")
+        raise Refused(
+            f"the repository in {url} belongs to another backup key",
+            hint="back up to another URL, or import that repository's key",
+        )
     agent_keys.remember(machine, repo.id, repo.writer_secret, url)
     return repo, False
 
@@ -129,8 +133,10 @@ def open_for_listing(machine: Machine, bucket: Bucket, url: str) -> Repository:
         return Repository.open(bucket, writer_secret=secret)
     if keys.private is not None:
         return open_for_reading(machine, bucket, url)
-    raise Refused(f"this machine holds no writer secret for the repository in {url}",
-                  hint=agent_keys.IMPORT_HINT)
+    raise Refused(
+        f"this machine holds no writer secret for the repository in {url}",
+        hint=agent_keys.IMPORT_HINT,
+    )
 
 
 # ---- labels -----------------------------------------------------------------------
@@ -143,23 +149,34 @@ def read_layout(bucket: Bucket) -> int:
     try:
         labels = bucket.labels()
     except Refused as e:
-        raise Refused(f"could not read the labels of {bucket.describe()}, which say how its "
-                      f"backups are laid out ({e.message})",
-                      hint="restore with your own account's credentials, which may read the "
-                           "bucket's labels") from e
+        raise Refused(
+            f"could not read the labels of {bucket.describe()}, which say how its "
+            f"backups are laid out ({e.message})",
+            hint="restore with your own account's credentials, which may read the bucket's labels",
+        ) from e
     value = labels.get(LABEL)
     if value is None:
         return 1
     if value != LAYOUT:
-        raise FormatMismatch(f"{bucket.describe()} is labelled {LABEL}={value}; this lnk "
-                             f"reads layouts 1 and {LAYOUT}", hint="upgrade lnk")
+        raise FormatMismatch(
+            f"{bucket.describe()} is labelled {LABEL}={value}; this lnk "
+            f"reads layouts 1 and {LAYOUT}",
+            hint="upgrade lnk",
+        )
     return 2
 
 
 # ---- backing up -------------------------------------------------------------------
-def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | None = None,
-                 progress: Callable[[int], None] | None = None, layout: int = 2,
-                 time: datetime | None = None) -> BackupReport:
+def backup_agent(
+    machine: Machine,
+    agent: Agent,
+    url: str,
+    *,
+    bucket: Bucket | None = None,
+    progress: Callable[[int], None] | None = None,
+    layout: int = 2,
+    time: datetime | None = None,
+) -> BackupReport:
     """Back the agent up to ``url`` as one snapshot (the agent may keep running).
 
     ``layout=1`` writes the older layout (everything inside Home/, no collections,
@@ -173,9 +190,11 @@ def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | N
             label_bucket(bucket)
             report.labelled = True
         except Refused as e:
-            report.label_problem = (f"the bucket's label {LABEL}={LAYOUT} could not be set "
-                                    f"({e.message}); set it with your own account: "
-                                    f"lnk bucket label {url}")
+            report.label_problem = (
+                f"the bucket's label {LABEL}={LAYOUT} could not be set "
+                f"({e.message}); set it with your own account: "
+                f"lnk bucket label {url}"
+            )
     grants = agent.folders.sandbox_toml.read_text() if agent.folders.sandbox_toml.exists() else ""
     head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, "full")
     snap_dir = tempfile.mkdtemp(prefix="lnk-backup-")
@@ -183,20 +202,37 @@ def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | N
     chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
     try:
-        with repo.writer() as w:
+        with SnapshotWriter(repo) as w:
             _add_files(w, agent, (cache, chunks), entries, report, snap_dir, layout, progress)
             entries.seek(0)
             w.add_file(ENTRIES, 0o600, entries)
             if layout == 2:
                 _add_collections(w, agent, report, chunks)
             w.add_blob(HEAD, M.dump(head.to_json()))
-            w.add_blob(SUMMARY, M.dump({
-                "entries": report.entries, "files": report.files, "data_bytes": report.bytes,
-                "collections": report.collections, "records": report.records}))
-            report.snapshot = w.commit({
-                "kind": "lnk-agent", "agent": s.name, "id": s.id, "layout": layout,
-                "files": report.files, "bytes": report.bytes,
-                "collections": report.collections}, time=time)
+            w.add_blob(
+                SUMMARY,
+                M.dump(
+                    {
+                        "entries": report.entries,
+                        "files": report.files,
+                        "data_bytes": report.bytes,
+                        "collections": report.collections,
+                        "records": report.records,
+                    }
+                ),
+            )
+            report.snapshot = w.commit(
+                {
+                    "kind": "lnk-agent",
+                    "agent": s.name,
+                    "id": s.id,
+                    "layout": layout,
+                    "files": report.files,
+                    "bytes": report.bytes,
+                    "collections": report.collections,
+                },
+                time=time,
+            )
             report.new_blobs = w.uploaded_blobs
     finally:
         entries.close()
@@ -206,9 +242,16 @@ def backup_agent(machine: Machine, agent: Agent, url: str, *, bucket: Bucket | N
     return report
 
 
-def _add_files(w: Any, agent: Agent, caches: tuple[HashCache, ChunkCache], entries: IO[bytes],
-               report: BackupReport, snap_dir: str, layout: int,
-               progress: Callable[[int], None] | None) -> None:
+def _add_files(
+    w: Any,
+    agent: Agent,
+    caches: tuple[HashCache, ChunkCache],
+    entries: IO[bytes],
+    report: BackupReport,
+    snap_dir: str,
+    layout: int,
+    progress: Callable[[int], None] | None,
+) -> None:
     from pathlib import Path
 
     cache, chunks = caches
@@ -246,22 +289,29 @@ def _add_files(w: Any, agent: Agent, caches: tuple[HashCache, ChunkCache], entri
         entries.write(M.dump(entry.to_json()) + b"\n")
 
 
-def _add_one(w: Any, rel: str, mode: int, source: Any, cache: HashCache, chunks: ChunkCache,
-             live: bool) -> tuple[str, int]:
+def _add_one(
+    w: Any, rel: str, mode: int, source: Any, cache: HashCache, chunks: ChunkCache, live: bool
+) -> tuple[str, int]:
     """Store one file's bytes as agent/<rel>; its (SHA-256, size) as stored.  A file
     whose fstat matches what the last backup to this repository read is not read."""
     path = f"agent/{rel}"
     with open(source, "rb") as src:
         st = os.fstat(src.fileno())
         hit = chunks.file(rel, st) if live else None
-        if (hit is not None and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
-                and w.add_known(path, mode, st.st_size, hit[1])):
+        if (
+            hit is not None
+            and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
+            and w.add_known(path, mode, st.st_size, hit[1])
+        ):
             return hit[0], st.st_size
         hr = _Hashing(src)
         ids = w.add_file(path, mode, hr)
         sha = hr.h.hexdigest()
-        if live and hr.n == st.st_size and ChunkCache.key(os.fstat(src.fileno())) == \
-                ChunkCache.key(st):
+        if (
+            live
+            and hr.n == st.st_size
+            and ChunkCache.key(os.fstat(src.fileno())) == ChunkCache.key(st)
+        ):
             chunks.store_file(rel, st, sha, ids)
             cache.store(rel, st, sha)
     return sha, hr.n
@@ -300,10 +350,16 @@ def _add_collections(w: Any, agent: Agent, report: BackupReport, chunks: ChunkCa
 
 # ---- listing ----------------------------------------------------------------------
 def snapshot_row(s: SnapshotInfo) -> dict[str, Any]:
-    return {"id": s.id, "time": s.time.isoformat(), "agent": s.meta.get("agent"),
-            "agent_id": s.meta.get("id"), "files": s.meta.get("files", s.files),
-            "bytes": s.meta.get("bytes", s.bytes),
-            "collections": s.meta.get("collections", 0), "layout": s.meta.get("layout")}
+    return {
+        "id": s.id,
+        "time": s.time.isoformat(),
+        "agent": s.meta.get("agent"),
+        "agent_id": s.meta.get("id"),
+        "files": s.meta.get("files", s.files),
+        "bytes": s.meta.get("bytes", s.bytes),
+        "collections": s.meta.get("collections", 0),
+        "layout": s.meta.get("layout"),
+    }
 
 
 def pick_snapshot(repo: Repository, name: str, snapshot: str | None) -> SnapshotInfo:
@@ -311,16 +367,21 @@ def pick_snapshot(repo: Repository, name: str, snapshot: str | None) -> Snapshot
     if snapshot is not None:
         found = [s for s in snaps if s.id == snapshot or s.id.startswith(snapshot)]
         if len(found) != 1:
-            raise NotFound(f"no snapshot {snapshot!r} in {repo.bucket.describe()}"
-                           if not found else f"{snapshot!r} names {len(found)} snapshots",
-                           hint=f"lnk agent backup list --from {repo.bucket.describe()}")
+            raise NotFound(
+                f"no snapshot {snapshot!r} in {repo.bucket.describe()}"
+                if not found
+                else f"{snapshot!r} names {len(found)} snapshots",
+                hint=f"lnk agent backup list --from {repo.bucket.describe()}",
+            )
         return found[0]
     mine = [s for s in snaps if s.meta.get("agent") == name]
     if not mine:
         names = sorted({str(s.meta.get("agent")) for s in snaps})
-        raise NotFound(f"no backup of {name!r} in {repo.bucket.describe()}"
-                       + (f" (it holds {', '.join(names)})" if names else " (it is empty)"),
-                       hint=f"lnk agent backup list --from {repo.bucket.describe()}")
+        raise NotFound(
+            f"no backup of {name!r} in {repo.bucket.describe()}"
+            + (f" (it holds {', '.join(names)})" if names else " (it is empty)"),
+            hint=f"lnk agent backup list --from {repo.bucket.describe()}",
+        )
     return mine[-1]
 
 
@@ -356,8 +417,10 @@ def read_parts(reader: SnapshotReader) -> SnapshotParts:
             others.append(e.path)
     if head is None or summary is None or not have_entries:
         entries.close()
-        raise BackupError(f"snapshot {reader.info.id} is not an agent's backup (no manifest, "
-                          "entries or summary)", hint="pick another snapshot: lnk agent backup list")
+        raise BackupError(
+            f"snapshot {reader.info.id} is not an agent's backup (no manifest, entries or summary)",
+            hint="pick another snapshot: lnk agent backup list",
+        )
     entries.seek(0)
     return SnapshotParts(head, summary, entries, colls, others)
 
@@ -378,14 +441,16 @@ def data_files(reader: SnapshotReader) -> Iterator[Entry]:
 def next_data(files: Iterator[Entry], path: str) -> Entry:
     e = next(files, None)
     if e is None or e.path != f"agent/{path}":
-        raise BackupError(f"the snapshot's bytes of {path!r} are missing or out of order",
-                          hint="the snapshot is damaged; pick another (lnk agent backup list)")
+        raise BackupError(
+            f"the snapshot's bytes of {path!r} are missing or out of order",
+            hint="the snapshot is damaged; pick another (lnk agent backup list)",
+        )
     return e
 
 
-def records_layout2(reader: SnapshotReader, parts: SnapshotParts,
-                    progress: Callable[[int], None] | None = None
-                    ) -> Iterator[tuple[int, bytes]]:
+def records_layout2(
+    reader: SnapshotReader, parts: SnapshotParts, progress: Callable[[int], None] | None = None
+) -> Iterator[tuple[int, bytes]]:
     """The snapshot as the records of a stream, in stream order."""
     yield M.HEAD, M.dump(parts.head)
     files = data_files(reader)

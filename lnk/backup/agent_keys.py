@@ -29,8 +29,10 @@ from lnk.errors import InvalidInput, Refused
 from lnk.formats.keys import PublicKey, ReceiverKey, parse_public_key
 
 EXPORT_MAGIC = "lnk-backup-key 1"
-IMPORT_HINT = ("on the machine that made the backups run `lnk backup key export > key`, "
-               "then here `lnk backup key import < key`")
+IMPORT_HINT = (
+    "on the machine that made the backups run `lnk backup key export > key`, "
+    "then here `lnk backup key import < key`"
+)
 
 
 def key_dir(machine: Machine) -> Path:
@@ -96,16 +98,18 @@ def _load_repos(path: Path) -> dict[str, RepoSecret]:
         return {}
     try:
         data = tomllib.loads(path.read_text())
-        return {rid: RepoSecret(rid, bytes.fromhex(v["secret"]), str(v.get("url", "")))
-                for rid, v in data.get("repos", {}).items()}
+        return {
+            rid: RepoSecret(rid, bytes.fromhex(v["secret"]), str(v.get("url", "")))
+            for rid, v in data.get("repos", {}).items()
+        }
     except (tomllib.TOMLDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise InvalidInput(f"{path} is damaged ({e})", hint="fix or remove it, then import "
-                           "the key again") from e
+        raise InvalidInput(
+            f"{path} is damaged ({e})", hint="fix or remove it, then import the key again"
+        ) from e
 
 
 def _save_repos(machine: Machine, repos: dict[str, RepoSecret]) -> None:
-    doc = {"repos": {r.repo_id: {"secret": r.secret.hex(), "url": r.url}
-                     for r in repos.values()}}
+    doc = {"repos": {r.repo_id: {"secret": r.secret.hex(), "url": r.url} for r in repos.values()}}
     _write_private(key_dir(machine) / "repos.toml", tomli_w.dumps(doc))
 
 
@@ -133,10 +137,14 @@ def remember(machine: Machine, repo_id: str, secret: bytes, url: str) -> None:
 
 def require_private(keys: BackupKeys | None) -> ReceiverKey:
     if keys is None or keys.private is None:
-        raise Refused("reading a backup needs the owner's private backup key, and this machine "
-                      "holds only the public half" if keys else
-                      "reading a backup needs the owner's private backup key, and this machine "
-                      "has no backup key", hint=f"import it: {IMPORT_HINT}")
+        raise Refused(
+            "reading a backup needs the owner's private backup key, and this machine "
+            "holds only the public half"
+            if keys
+            else "reading a backup needs the owner's private backup key, and this machine "
+            "has no backup key",
+            hint=f"import it: {IMPORT_HINT}",
+        )
     return keys.private
 
 
@@ -160,8 +168,10 @@ def export_text(keys: BackupKeys, include_private: bool = True) -> str:
 def parse_text(text: str) -> BackupKeys:
     rows = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     if not rows or rows[0] != EXPORT_MAGIC:
-        raise InvalidInput("this is not an lnk backup key (its first line is not "
-                           f"{EXPORT_MAGIC!r})", hint="import what `lnk backup key export` printed")
+        raise InvalidInput(
+            f"this is not an lnk backup key (its first line is not {EXPORT_MAGIC!r})",
+            hint="import what `lnk backup key export` printed",
+        )
     public: PublicKey | None = None
     private: ReceiverKey | None = None
     repos: dict[str, RepoSecret] = {}
@@ -174,13 +184,15 @@ def parse_text(text: str) -> BackupKeys:
                 private = ReceiverKey.from_seed(bytes.fromhex(rest.strip()))
             elif word == "repo":
                 parts = rest.split(" ", 2)
-                repos[parts[0]] = RepoSecret(parts[0], bytes.fromhex(parts[1]),
-                                             parts[2] if len(parts) > 2 else "")
+                repos[parts[0]] = RepoSecret(
+                    parts[0], bytes.fromhex(parts[1]), parts[2] if len(parts) > 2 else ""
+                )
             else:
                 raise InvalidInput(f"unknown line {word!r} in the backup key")
     except (ValueError, IndexError) as e:
-        raise InvalidInput(f"the backup key text is damaged ({e})",
-                           hint="export it again and import all of it") from e
+        raise InvalidInput(
+            f"the backup key text is damaged ({e})", hint="export it again and import all of it"
+        ) from e
     if public is None:
         public = private.public if private is not None else None
     if public is None:
@@ -194,8 +206,10 @@ def import_keys(machine: Machine, new: BackupKeys) -> BackupKeys:
     """Install ``new`` here; refuses to replace a different owner key."""
     have = load(machine)
     if have is not None and have.public.raw != new.public.raw:
-        raise Refused(f"this machine already holds another backup key ({key_dir(machine)})",
-                      hint="move that folder aside first if you mean to replace it")
+        raise Refused(
+            f"this machine already holds another backup key ({key_dir(machine)})",
+            hint="move that folder aside first if you mean to replace it",
+        )
     d = key_dir(machine)
     if new.private is not None:
         _write_private(d / "owner.key", new.private.seed.hex() + "\n")

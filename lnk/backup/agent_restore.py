@@ -9,7 +9,7 @@ no label means the older one, where everything was inside Home/:
     Home/chats/   (a files-driver store) ->  the agent's collections
 
 Either way the snapshot becomes the records a stream carries, received by
-:func:`lnk.transport.receive.receive_records` (every check, one atomic apply).
+:func:`lnk.payload.receive.receive_records` (every check, one atomic apply).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from lnk.backup import agent as A
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
-from lnk.formats import manifest as M
+from lnk.payload import manifest as M
 from lnk.transport.buckets import Bucket, open_bucket
 
 OLD_AGENT_DIRS = ("instructions", "skills", "memory", "schedule")
@@ -51,11 +51,18 @@ class RestoreReport:
         return asdict(self)
 
 
-def restore_agent(machine: Machine, name: str, url: str, *, snapshot: str | None = None,
-                  force: bool = False, bucket: Bucket | None = None,
-                  progress: Callable[[int], None] | None = None) -> RestoreReport:
+def restore_agent(
+    machine: Machine,
+    name: str,
+    url: str,
+    *,
+    snapshot: str | None = None,
+    force: bool = False,
+    bucket: Bucket | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RestoreReport:
     from lnk.backup import agent_keys
-    from lnk.transport.receive import receive_records
+    from lnk.payload.receive import receive_records
 
     agent_keys.require_private(agent_keys.load(machine))  # fail before touching the bucket
     bucket = bucket or open_bucket(url)
@@ -69,8 +76,10 @@ def restore_agent(machine: Machine, name: str, url: str, *, snapshot: str | None
         if head.phase != "full":
             raise M.bad(f"the snapshot's manifest is a {head.phase} phase, not a whole agent")
         if head.name != name:
-            raise Refused(f"snapshot {info.id} holds the agent {head.name!r}, not {name!r}",
-                          hint=f"lnk agent restore {head.name} --from {url} --snapshot {info.id}")
+            raise Refused(
+                f"snapshot {info.id} holds the agent {head.name!r}, not {name!r}",
+                hint=f"lnk agent restore {head.name} --from {url} --snapshot {info.id}",
+            )
         kept = _make_room(machine, head, force)
         if layout == 2:
             records = A.records_layout2(reader, parts, progress)
@@ -81,32 +90,48 @@ def restore_agent(machine: Machine, name: str, url: str, *, snapshot: str | None
                 rep = receive_records(machine, records, store="files", stream_id=info.id)
     finally:
         parts.entries.close()
-    return RestoreReport(rep.agent, rep.id, rep.owner, info.id, layout, rep.files,
-                         rep.data_bytes, rep.collections, rep.dropped_grants,
-                         str(kept) if kept else None)
+    return RestoreReport(
+        rep.agent,
+        rep.id,
+        rep.owner,
+        info.id,
+        layout,
+        rep.files,
+        rep.data_bytes,
+        rep.collections,
+        rep.dropped_grants,
+        str(kept) if kept else None,
+    )
 
 
 def _make_room(machine: Machine, head: M.Head, force: bool) -> Path | None:
     """Refuse to overwrite an agent unless ``force``; with it, an other agent of that
     name is stopped and removed, its folders kept aside."""
-    from lnk.agents.service import is_running
+    from lnk.runtime.service import is_running
 
     same_id = registry.find_by_id(machine, head.agent_id)
-    same_name = (registry.find(machine, head.name)
-                 if machine.settings_file(head.name).exists() else None)
+    same_name = (
+        registry.find(machine, head.name) if machine.settings_file(head.name).exists() else None
+    )
     there = same_id or same_name
     if there is None:
         if machine.folders(head.name).root.exists() and not force:
-            raise AlreadyExists(f"{machine.folders(head.name).root} already exists",
-                                hint="move it aside, or add --force to restore over it")
+            raise AlreadyExists(
+                f"{machine.folders(head.name).root} already exists",
+                hint="move it aside, or add --force to restore over it",
+            )
         return None
     if not force:
-        raise AlreadyExists(f"the agent {there.name} ({there.id}) already lives here",
-                            hint="add --force to overwrite it with the backup (its Home files "
-                                 "not in the backup stay)")
+        raise AlreadyExists(
+            f"the agent {there.name} ({there.id}) already lives here",
+            hint="add --force to overwrite it with the backup (its Home files "
+            "not in the backup stay)",
+        )
     if is_running(there):
-        raise Refused(f"{there.name} is running here", hint=f"stop it first: lnk agent stop "
-                                                            f"--agent {there.name}")
+        raise Refused(
+            f"{there.name} is running here",
+            hint=f"stop it first: lnk agent stop --agent {there.name}",
+        )
     if same_name is not None and same_name.id != head.agent_id:
         return registry.remove(machine, same_name, keep_files=True)
     return None
@@ -124,14 +149,21 @@ def _old_path(p: str) -> str | None:
     return p
 
 
-def records_layout1(reader: SnapshotReader, parts: A.SnapshotParts, tmp: Path, url: str,
-                    progress: Callable[[int], None] | None = None
-                    ) -> Iterator[tuple[int, bytes]]:
+def records_layout1(
+    reader: SnapshotReader,
+    parts: A.SnapshotParts,
+    tmp: Path,
+    url: str,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, bytes]]:
     """An older-layout snapshot as records of the two-folder layout."""
     if parts.collections or parts.others:
-        raise Refused(f"{url} carries no lnk-layout label, yet snapshot {reader.info.id} is "
-                      "laid out as two folders", hint=f"if lnk made these backups, label the "
-                      f"bucket with your account (lnk bucket label {url}), then restore again")
+        raise Refused(
+            f"{url} carries no lnk-layout label, yet snapshot {reader.info.id} is "
+            "laid out as two folders",
+            hint=f"if lnk made these backups, label the "
+            f"bucket with your account (lnk bucket label {url}), then restore again",
+        )
     yield M.HEAD, M.dump(parts.head)
     files = A.data_files(reader)
     chats = tmp / "chats"
@@ -164,10 +196,12 @@ def records_layout1(reader: SnapshotReader, parts: A.SnapshotParts, tmp: Path, u
         raw = M.load_json(line, "file list")
         e = M.FileEntry.from_json(raw)
         if not (e.path == "Home" or e.path.startswith("Home/")):
-            raise Refused(f"{url} carries no lnk-layout label, yet snapshot {reader.info.id} "
-                          f"holds {e.path!r} outside Home",
-                          hint=f"if lnk made these backups, label the bucket with your account "
-                               f"(lnk bucket label {url}), then restore again")
+            raise Refused(
+                f"{url} carries no lnk-layout label, yet snapshot {reader.info.id} "
+                f"holds {e.path!r} outside Home",
+                hint=f"if lnk made these backups, label the bucket with your account "
+                f"(lnk bucket label {url}), then restore again",
+            )
         new = _old_path(e.path)
         if new is None:
             _divert(e, chats, files, diverted, outside, reader)
@@ -181,8 +215,16 @@ def records_layout1(reader: SnapshotReader, parts: A.SnapshotParts, tmp: Path, u
             carried.add(e.group)
             if isinstance(data_src, Entry):
                 outside.setdefault(e.group, data_src)
-        e = M.FileEntry(new, e.kind, e.mode, e.size, e.sha256, e.group,
-                        data_src is not None and e.size > 0, e.mtime_ns)
+        e = M.FileEntry(
+            new,
+            e.kind,
+            e.mode,
+            e.size,
+            e.sha256,
+            e.group,
+            data_src is not None and e.size > 0,
+            e.mtime_ns,
+        )
         count["entries"] += 1
         count["files"] += e.kind == "f"
         batch.append(e)
@@ -212,8 +254,14 @@ def records_layout1(reader: SnapshotReader, parts: A.SnapshotParts, tmp: Path, u
     shutil.rmtree(chats, ignore_errors=True)
 
 
-def _divert(e: M.FileEntry, chats: Path, files: Iterator[Any], diverted: dict[int, Path],
-            outside: dict[int, Any], reader: SnapshotReader) -> None:
+def _divert(
+    e: M.FileEntry,
+    chats: Path,
+    files: Iterator[Any],
+    diverted: dict[int, Path],
+    outside: dict[int, Any],
+    reader: SnapshotReader,
+) -> None:
     """Write a Home/chats entry into the temporary store tree."""
     rel = e.path.split("/", 2)[2] if e.path.count("/") >= 2 else ""
     target = chats / rel if rel else chats

@@ -10,7 +10,8 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from lnk.backup.repository import Repository, SnapshotInfo, pack_key
+from lnk.backup.pack import pack_key
+from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.errors import InvalidInput, LnkError
 
 RULES = ("last", "hourly", "daily", "weekly", "monthly", "yearly")
@@ -68,7 +69,8 @@ def verify(repo: Repository, read_data: bool = False) -> VerifyReport:
             continue
         if int(index["size"]) != sizes[pack]:
             report.problems.append(
-                f"pack {pack} is {sizes[pack]} bytes, its index says {index['size']}")
+                f"pack {pack} is {sizes[pack]} bytes, its index says {index['size']}"
+            )
             continue
         if read_data:
             report.packs_read += 1
@@ -89,8 +91,9 @@ def select(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
         if not isinstance(n, int) or n < 0:
             raise InvalidInput(f"keep rule {name} needs a count >= 0, not {n!r}")
     if not any(keep.values()):
-        raise InvalidInput("a keep policy that keeps nothing",
-                           hint="keep at least one snapshot, e.g. {'last': 1}")
+        raise InvalidInput(
+            "a keep policy that keeps nothing", hint="keep at least one snapshot, e.g. {'last': 1}"
+        )
     newest_first = sorted(snapshots, key=lambda s: (s.time, s.id), reverse=True)
     kept: set[str] = set()
     for rule, n in keep.items():
@@ -122,8 +125,14 @@ def _period(rule: str, s: SnapshotInfo) -> object:
     return t.year
 
 
-def prune(repo: Repository, keep: dict[str, int], *, now: datetime | None = None,
-          min_age: timedelta = MIN_AGE, dry_run: bool = False) -> PruneReport:
+def prune(
+    repo: Repository,
+    keep: dict[str, int],
+    *,
+    now: datetime | None = None,
+    min_age: timedelta = MIN_AGE,
+    dry_run: bool = False,
+) -> PruneReport:
     """Forget the snapshots ``keep`` does not keep, then delete the packs no
     kept snapshot needs.
 

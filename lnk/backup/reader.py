@@ -17,8 +17,8 @@ from pathlib import Path
 import zstandard
 
 from lnk.backup import crypto
-from lnk.backup.repository import BlobRef, Repository, pack_key
-from lnk.backup.writer import PACK_MAGIC, blob_aad, run_info
+from lnk.backup.pack import PACK_MAGIC, blob_aad, pack_key, run_info
+from lnk.backup.repository import BlobRef, Repository
 from lnk.errors import BackupError, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 
@@ -35,8 +35,9 @@ class Entry:
 
 
 class SnapshotReader:
-    def __init__(self, repo: Repository, snapshot_id: str,
-                 receiver_key: ReceiverKey | None = None) -> None:
+    def __init__(
+        self, repo: Repository, snapshot_id: str, receiver_key: ReceiverKey | None = None
+    ) -> None:
         key = receiver_key or repo.receiver
         if key is None:
             raise Refused(
@@ -72,11 +73,13 @@ class SnapshotReader:
         head = len(PACK_MAGIC)
         if not pack.startswith(PACK_MAGIC) or len(pack) < head + 18:
             raise BackupError(f"pack {name} is damaged (no header)", hint="run a verify")
-        run_id = pack[head:head + 16]
+        run_id = pack[head : head + 16]
         if run_id not in self._data_keys:
-            (n,) = struct.unpack(">H", pack[head + 16:head + 18])
-            sealed = pack[head + 18:head + 18 + n]
-            self._data_keys[run_id] = crypto.open_with(self.key, sealed, run_info(self.repo, run_id))
+            (n,) = struct.unpack(">H", pack[head + 16 : head + 18])
+            sealed = pack[head + 18 : head + 18 + n]
+            self._data_keys[run_id] = crypto.open_with(
+                self.key, sealed, run_info(self.repo, run_id)
+            )
         return self._data_keys[run_id]
 
     def chunk(self, blob_hex: str, kind: str = "data") -> bytes:
@@ -89,9 +92,10 @@ class SnapshotReader:
             )
         pack = self._load_pack(ref.pack)
         data_key = self._data_key(pack, ref.pack)
-        sealed = pack[ref.offset:ref.offset + ref.length]
-        plain = crypto.decrypt(data_key, sealed, blob_aad(self.repo, kind, blob_id),
-                               f"a blob of pack {ref.pack}")
+        sealed = pack[ref.offset : ref.offset + ref.length]
+        plain = crypto.decrypt(
+            data_key, sealed, blob_aad(self.repo, kind, blob_id), f"a blob of pack {ref.pack}"
+        )
         if plain[:1] == b"\x01":
             return self._dctx.decompress(plain[1:])
         return plain[1:]

@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zstandard
 
@@ -30,11 +30,6 @@ from lnk.backup import crypto
 from lnk.errors import AlreadyExists, BackupError, FormatMismatch, NotFound, Refused
 from lnk.formats.keys import PublicKey, ReceiverKey, parse_public_key
 from lnk.transport.buckets import Bucket
-
-if TYPE_CHECKING:
-    from lnk.backup.maintenance import PruneReport, VerifyReport
-    from lnk.backup.reader import SnapshotReader
-    from lnk.backup.writer import SnapshotWriter
 
 FORMAT = "lnk-backup"
 VERSION = 1
@@ -64,14 +59,6 @@ class SnapshotInfo:
     bytes: int = 0
 
 
-def pack_key(name: str) -> str:
-    return f"data/{name[:2]}/{name}"
-
-
-def new_name() -> str:
-    return secrets.token_hex(16)
-
-
 class Repository:
     """A handle on one repository.
 
@@ -80,8 +67,13 @@ class Repository:
     with neither can only say who owns the repository.
     """
 
-    def __init__(self, bucket: Bucket, config: dict[str, Any], master: bytes | None,
-                 receiver: ReceiverKey | None) -> None:
+    def __init__(
+        self,
+        bucket: Bucket,
+        config: dict[str, Any],
+        master: bytes | None,
+        receiver: ReceiverKey | None,
+    ) -> None:
         self.bucket = bucket
         self.config = config
         self.id = str(config["id"])
@@ -98,8 +90,14 @@ class Repository:
     # ---- making and opening -------------------------------------------------
 
     @classmethod
-    def init(cls, bucket: Bucket, owner_public: PublicKey | str, *,
-             chunk_size: int = CHUNK_SIZE, pack_size: int = PACK_SIZE) -> Repository:
+    def init(
+        cls,
+        bucket: Bucket,
+        owner_public: PublicKey | str,
+        *,
+        chunk_size: int = CHUNK_SIZE,
+        pack_size: int = PACK_SIZE,
+    ) -> Repository:
         """Make a new repository in ``bucket``, sealed to ``owner_public``.
 
         The returned handle can write; keep its :attr:`writer_secret` where
@@ -121,15 +119,21 @@ class Repository:
             "chunk_size": chunk_size,
             "pack_size": pack_size,
             "sealed_master": base64.b64encode(
-                crypto.seal_to(owner, master, _master_info(repo_id))).decode(),
+                crypto.seal_to(owner, master, _master_info(repo_id))
+            ).decode(),
             "master_check": _master_check(master, repo_id),
         }
         bucket.put("config", json.dumps(config, indent=1).encode() + b"\n")
         return cls(bucket, config, master, None)
 
     @classmethod
-    def open(cls, bucket: Bucket, *, writer_secret: bytes | None = None,
-             receiver_key: ReceiverKey | None = None) -> Repository:
+    def open(
+        cls,
+        bucket: Bucket,
+        *,
+        writer_secret: bytes | None = None,
+        receiver_key: ReceiverKey | None = None,
+    ) -> Repository:
         """Open the repository in ``bucket``.
 
         With ``receiver_key`` (the owner's) the handle reads and writes; with
@@ -203,7 +207,7 @@ class Repository:
         if not data.startswith(ENVELOPE_MAGIC):
             raise BackupError(f"{what} is not a backup object", hint="run a verify")
         aad = b"lnk-backup/" + self.id_bytes + b"/" + key.encode()
-        plain = crypto.decrypt(self.index_key, data[len(ENVELOPE_MAGIC):], aad, what)
+        plain = crypto.decrypt(self.index_key, data[len(ENVELOPE_MAGIC) :], aad, what)
         try:
             doc = json.loads(zstandard.ZstdDecompressor().decompress(plain))
         except (ValueError, zstandard.ZstdError) as e:
@@ -243,28 +247,6 @@ class Repository:
         out = [self.snapshot(k.split("/", 1)[1]) for k, _ in self.bucket.list("snapshots/")]
         return sorted(out, key=lambda s: (s.time, s.id))
 
-    # ---- the rest of the API ------------------------------------------------
-
-    def writer(self) -> SnapshotWriter:
-        from lnk.backup.writer import SnapshotWriter
-
-        return SnapshotWriter(self)
-
-    def reader(self, snapshot_id: str, receiver_key: ReceiverKey | None = None) -> SnapshotReader:
-        from lnk.backup.reader import SnapshotReader
-
-        return SnapshotReader(self, snapshot_id, receiver_key)
-
-    def verify(self, read_data: bool = False) -> VerifyReport:
-        from lnk.backup.maintenance import verify
-
-        return verify(self, read_data=read_data)
-
-    def prune(self, keep: dict[str, int], **kwargs: Any) -> PruneReport:
-        from lnk.backup.maintenance import prune
-
-        return prune(self, keep, **kwargs)
-
 
 def _master_info(repo_id: str) -> bytes:
     return b"lnk-backup master " + repo_id.encode()
@@ -279,7 +261,11 @@ def _snapshot_info(doc: dict[str, Any]) -> SnapshotInfo:
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
     return SnapshotInfo(
-        id=doc["id"], time=t, meta=dict(doc.get("meta", {})),
-        packs=tuple(doc.get("packs", [])), tree=tuple(doc.get("tree", [])),
-        files=int(doc.get("files", 0)), bytes=int(doc.get("bytes", 0)),
+        id=doc["id"],
+        time=t,
+        meta=dict(doc.get("meta", {})),
+        packs=tuple(doc.get("packs", [])),
+        tree=tuple(doc.get("tree", [])),
+        files=int(doc.get("files", 0)),
+        bytes=int(doc.get("bytes", 0)),
     )

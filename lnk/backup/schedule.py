@@ -21,16 +21,15 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
 from lnk.agents.layout import Machine
+from lnk.agents.registry import LAST_BACKUP as LAST
 from lnk.agents.registry import Agent
 from lnk.backup.maintenance import RULES
 from lnk.errors import InvalidInput
 
-LAST = "backup-last.json"
 _EVERY = re.compile(r"^(\d+)([mhd])$")
 
 
@@ -38,8 +37,10 @@ def parse_every(text: str) -> int:
     """``30m``, ``6h``, ``1d`` -> seconds (at least 5 minutes)."""
     m = _EVERY.match(text.strip())
     if not m or int(m.group(1)) <= 0:
-        raise InvalidInput(f"--every {text!r} is not an interval",
-                           hint="write it as a number and m, h or d, e.g. 6h")
+        raise InvalidInput(
+            f"--every {text!r} is not an interval",
+            hint="write it as a number and m, h or d, e.g. 6h",
+        )
     secs = int(m.group(1)) * {"m": 60, "h": 3600, "d": 86400}[m.group(2)]
     if secs < 300:
         raise InvalidInput(f"--every {text} is too often", hint="back up at most every 5m")
@@ -54,8 +55,10 @@ def parse_keep(text: str | None) -> dict[str, int]:
     for part in text.split(","):
         name, _, n = part.strip().partition("=")
         if name not in RULES or not n.isdigit():
-            raise InvalidInput(f"--keep {part!r} is not a rule",
-                               hint=f"write RULE=N,... with rules {', '.join(RULES)}")
+            raise InvalidInput(
+                f"--keep {part!r} is not a rule",
+                hint=f"write RULE=N,... with rules {', '.join(RULES)}",
+            )
         out[name] = int(n)
     return out
 
@@ -107,38 +110,52 @@ def unit_name(agent: Agent) -> str:
 
 
 def service_text(agent: Agent, args: list[str]) -> str:
-    return (f"[Unit]\nDescription=lnk backup of the agent {agent.name}\n\n"
-            f"[Service]\nType=oneshot\nExecStart={shlex.join(args)}\n")
+    return (
+        f"[Unit]\nDescription=lnk backup of the agent {agent.name}\n\n"
+        f"[Service]\nType=oneshot\nExecStart={shlex.join(args)}\n"
+    )
 
 
 def timer_text(agent: Agent, every: int) -> str:
-    return (f"[Unit]\nDescription=lnk backup of the agent {agent.name}, every {every}s\n\n"
-            f"[Timer]\nOnBootSec=5min\nOnUnitActiveSec={every}s\n"
-            f"Unit={unit_name(agent)}.service\n\n[Install]\nWantedBy=timers.target\n")
+    return (
+        f"[Unit]\nDescription=lnk backup of the agent {agent.name}, every {every}s\n\n"
+        f"[Timer]\nOnBootSec=5min\nOnUnitActiveSec={every}s\n"
+        f"Unit={unit_name(agent)}.service\n\n[Install]\nWantedBy=timers.target\n"
+    )
 
 
 def plist_text(agent: Agent, args: list[str], every: int) -> str:
     items = "".join(f"    <string>{escape(a)}</string>\n" for a in args)
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            '<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" '
-            '"http://www.apple.com/DTDs/PropertyList-1.0.dtd">\n<plist version="1.0">\n<dict>\n'
-            f"  <key>Label</key><string>com.lnk.backup.{agent.id}</string>\n"
-            f"  <key>ProgramArguments</key>\n  <array>\n{items}  </array>\n"
-            f"  <key>StartInterval</key><integer>{every}</integer>\n"
-            "  <key>RunAtLoad</key><false/>\n</dict>\n</plist>\n")
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" '
+        '"http://www.apple.com/DTDs/PropertyList-1.0.dtd">\n<plist version="1.0">\n<dict>\n'
+        f"  <key>Label</key><string>com.lnk.backup.{agent.id}</string>\n"
+        f"  <key>ProgramArguments</key>\n  <array>\n{items}  </array>\n"
+        f"  <key>StartInterval</key><integer>{every}</integer>\n"
+        "  <key>RunAtLoad</key><false/>\n</dict>\n</plist>\n"
+    )
 
 
 def user_systemd_running() -> bool:
     try:
-        p = subprocess.run(["systemctl", "--user", "is-system-running"], capture_output=True,
-                           text=True, timeout=10)
+        p = subprocess.run(
+            ["systemctl", "--user", "is-system-running"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return p.stdout.strip() in ("running", "degraded", "starting")
 
 
-def install(machine: Machine, agent: Agent, url: str, every: int,
-            keep: dict[str, int], *, platform: str | None = None) -> Schedule:
+def install(
+    machine: Machine,
+    agent: Agent,
+    url: str,
+    every: int,
+    keep: dict[str, int],
+    *,
+    platform: str | None = None,
+) -> Schedule:
     args = run_args(agent, url, keep)
     sched = Schedule(agent.name, url, every, keep, args)
     sched.crontab = f"{cron_spec(every)} {shlex.join(args)}"
@@ -153,15 +170,19 @@ def install(machine: Machine, agent: Agent, url: str, every: int,
         return sched
     d = machine.home / ".config" / "systemd" / "user"
     d.mkdir(parents=True, exist_ok=True)
-    for suffix, text in (("service", service_text(agent, args)),
-                         ("timer", timer_text(agent, every))):
+    for suffix, text in (
+        ("service", service_text(agent, args)),
+        ("timer", timer_text(agent, every)),
+    ):
         path = d / f"{unit_name(agent)}.{suffix}"
         path.write_text(text)
         sched.files.append(str(path))
     if not user_systemd_running():
-        sched.note = ("no systemd user manager runs here (systemctl --user is-system-running), "
-                      "so the timer is written but not active; add this line to your crontab "
-                      "(crontab -e) instead")
+        sched.note = (
+            "no systemd user manager runs here (systemctl --user is-system-running), "
+            "so the timer is written but not active; add this line to your crontab "
+            "(crontab -e) instead"
+        )
         return sched
     for cmd in (["daemon-reload"], ["enable", "--now", f"{unit_name(agent)}.timer"]):
         p = subprocess.run(["systemctl", "--user", *cmd], capture_output=True, text=True)
@@ -173,24 +194,27 @@ def install(machine: Machine, agent: Agent, url: str, every: int,
 
 
 # ---- the result of a scheduled run --------------------------------------------------
-def record_result(agent: Agent, ok: bool, error: str | None = None,
-                  snapshot: str | None = None, url: str | None = None) -> dict[str, Any]:
-    doc = {"time": datetime.now(UTC).isoformat(), "ok": ok, "error": error,
-           "snapshot": snapshot, "url": url}
+def record_result(
+    agent: Agent,
+    ok: bool,
+    error: str | None = None,
+    snapshot: str | None = None,
+    url: str | None = None,
+) -> dict[str, Any]:
+    doc = {
+        "time": datetime.now(UTC).isoformat(),
+        "ok": ok,
+        "error": error,
+        "snapshot": snapshot,
+        "url": url,
+    }
     agent.runtime.mkdir(parents=True, exist_ok=True)
     tmp = agent.runtime / (LAST + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     os.replace(tmp, agent.runtime / LAST)
-    line = (f"{doc['time']} lnk backup to {url}: " +
-            (f"ok, snapshot {snapshot}" if ok else f"FAILED: {error}"))
+    line = f"{doc['time']} lnk backup to {url}: " + (
+        f"ok, snapshot {snapshot}" if ok else f"FAILED: {error}"
+    )
     with open(agent.runtime / "harness.log", "a") as f:
         f.write(line + "\n")
     return doc
-
-
-def last_result(runtime: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((runtime / LAST).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None

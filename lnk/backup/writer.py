@@ -37,21 +37,13 @@ from typing import IO, Any
 import zstandard
 
 from lnk.backup import crypto
-from lnk.backup.repository import BlobRef, Repository, new_name, pack_key
+from lnk.backup.pack import PACK_MAGIC, blob_aad, new_name, pack_key, run_info
+from lnk.backup.repository import BlobRef, Repository
 from lnk.errors import BackupError, InvalidInput
 
-PACK_MAGIC = b"LNKPACK1"
 LOCK_REFRESH = 600.0  # seconds between refreshes of the in-progress marker
 WORKERS = 2  # threads that name, compress and seal chunks
 INFLIGHT = 4  # chunks being sealed at once (bounds memory: about 2 MiB each)
-
-
-def run_info(repo: Repository, run_id: bytes) -> bytes:
-    return b"lnk-backup run " + repo.id_bytes + run_id
-
-
-def blob_aad(repo: Repository, kind: str, blob_id: bytes) -> bytes:
-    return b"lnk-backup/blob/" + repo.id_bytes + b"/" + kind.encode() + b"/" + blob_id
 
 
 class SnapshotWriter:
@@ -143,8 +135,10 @@ class SnapshotWriter:
         """Store a small piece of metadata under ``name`` (read back by name)."""
         if not name:
             raise InvalidInput("a blob needs a name")
-        chunks = [self._add_chunk("data", data[i:i + self.repo.chunk_size]).hex()
-                  for i in range(0, len(data), self.repo.chunk_size)]
+        chunks = [
+            self._add_chunk("data", data[i : i + self.repo.chunk_size]).hex()
+            for i in range(0, len(data), self.repo.chunk_size)
+        ]
         self._wait_upload()
         self._entry({"t": "b", "name": name, "size": len(data), "chunks": chunks})
 
@@ -262,9 +256,14 @@ class SnapshotWriter:
             when = when.replace(tzinfo=UTC)
         snap_id = secrets.token_hex(16)
         doc = {
-            "id": snap_id, "time": when.isoformat(), "meta": meta or {},
-            "run": self.run_id.hex(), "tree": tree, "packs": sorted(self._referenced),
-            "files": self.files, "bytes": self.bytes,
+            "id": snap_id,
+            "time": when.isoformat(),
+            "meta": meta or {},
+            "run": self.run_id.hex(),
+            "tree": tree,
+            "packs": sorted(self._referenced),
+            "files": self.files,
+            "bytes": self.bytes,
         }
         key = f"snapshots/{snap_id}"
         self.bucket.put(key, self.repo.seal_object(key, doc))

@@ -50,7 +50,9 @@ class _Conn:
     def _arm(self) -> None:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise TransportError(f"the bridge at {self.path} did not answer within {self.timeout:g} s")
+            raise TransportError(
+                f"the bridge at {self.path} did not answer within {self.timeout:g} s"
+            )
         self.sock.settimeout(left)
 
     def connect(self) -> None:
@@ -90,7 +92,9 @@ class _Conn:
                 except wire.WireError as e:
                     raise TransportError(f"the bridge at {self.path} sent {e.message}") from None
             if len(self.buf) >= wire.MAX_LINE:
-                raise TransportError(f"the bridge at {self.path} sent a line over {wire.MAX_LINE} bytes")
+                raise TransportError(
+                    f"the bridge at {self.path} sent a line over {wire.MAX_LINE} bytes"
+                )
             self._arm()
             chunk = self.sock.recv(wire.MAX_LINE + 1 - len(self.buf))
             if not chunk:
@@ -129,9 +133,13 @@ def call(
         try:
             challenge = wire.b64field(answer, "challenge")
         except wire.WireError as e:
-            raise TransportError(f"the bridge at {path} sent a bad challenge: {e.message}") from None
+            raise TransportError(
+                f"the bridge at {path} sent a bad challenge: {e.message}"
+            ) from None
         proof = bridge_proof(key, agent_id, owner, action, challenge)
-        conn.send({"proof": wire.b64encode(proof), "body": body if body is not None else {}}, action)
+        conn.send(
+            {"proof": wire.b64encode(proof), "body": body if body is not None else {}}, action
+        )
         answer = conn.recv_line()
         if answer.get("ok") is True:
             result = answer.get("result")

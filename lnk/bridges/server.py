@@ -69,7 +69,9 @@ class _Place:
     def evict(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.write(
-                wire.error_line(wire.REPLACED, "a newer connection from the same user took this place")
+                wire.error_line(
+                    wire.REPLACED, "a newer connection from the same user took this place"
+                )
             )
             self.writer.close()
         if self.task is not None:
@@ -293,7 +295,9 @@ class BridgeServer:
         except asyncio.IncompleteReadError:
             return None
         except asyncio.LimitOverrunError:
-            raise wire.WireError(wire.BAD_REQUEST, f"a line is over {wire.MAX_LINE} bytes") from None
+            raise wire.WireError(
+                wire.BAD_REQUEST, f"a line is over {wire.MAX_LINE} bytes"
+            ) from None
 
     async def _converse(
         self,
@@ -383,6 +387,7 @@ class BridgeServer:
             )
         if len(line) > wire.MAX_LINE:
             return wire.error_line(
-                wire.FAILED, f"the bridge's {call.action!r} gave a result over {wire.MAX_LINE} bytes"
+                wire.FAILED,
+                f"the bridge's {call.action!r} gave a result over {wire.MAX_LINE} bytes",
             )
         return line

@@ -8,17 +8,23 @@ from typing import Any, TypeVar
 
 import click
 
-from lnk.agents import registry, service
+from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.cli.output import emit_json, out, say, table
 from lnk.errors import LnkError, UsageError
+from lnk.runtime import service
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def agent_option(f: F) -> F:
-    return click.option("--agent", "agent_name", metavar="NAME", default=None,
-                        help="the agent (may be left out when there is only one)")(f)
+    return click.option(
+        "--agent",
+        "agent_name",
+        metavar="NAME",
+        default=None,
+        help="the agent (may be left out when there is only one)",
+    )(f)
 
 
 def json_option(f: F) -> F:
@@ -36,15 +42,20 @@ def agent() -> None:
 
 @agent.command()
 @click.argument("name")
-@click.option("--store", type=click.Choice(["files", "sqlite"]), default="files",
-              help="how the agent's collections are kept")
+@click.option(
+    "--store",
+    type=click.Choice(["files", "sqlite"]),
+    default="files",
+    help="how the agent's collections are kept",
+)
 @json_option
 def create(name: str, store: str, as_json: bool) -> None:
     """Create an agent NAME and print its ID."""
     a = registry.create(_machine(), name, store=store)
     if as_json:
-        emit_json({"name": a.name, "id": a.id, "owner": a.settings.owner,
-                   "folder": str(a.folders.root)})
+        emit_json(
+            {"name": a.name, "id": a.id, "owner": a.settings.owner, "folder": str(a.folders.root)}
+        )
     else:
         out(a.id)
 
@@ -53,31 +64,51 @@ def create(name: str, store: str, as_json: bool) -> None:
 @json_option
 def list_(as_json: bool) -> None:
     """List the agents on this machine."""
-    from lnk.transport.journal import locations
+    from lnk.move.journal import locations
 
     m = _machine()
-    rows = [service.status(a, ask=False) | {"folder": str(a.folders.root), "place": "here"}
-            for a in registry.list_agents(m)]
-    rows += [{"name": name, "id": loc["id"], "place": loc["place"],
-              "state": f"on box {loc['place']}"} for name, loc in sorted(locations(m).items())]
+    rows = [
+        service.status(a, ask=False) | {"folder": str(a.folders.root), "place": "here"}
+        for a in registry.list_agents(m)
+    ]
+    rows += [
+        {"name": name, "id": loc["id"], "place": loc["place"], "state": f"on box {loc['place']}"}
+        for name, loc in sorted(locations(m).items())
+    ]
     if as_json:
         emit_json(rows)
         return
     if not rows:
         say("no agents here yet: lnk agent create NAME")
         return
-    table([[r["name"], r["id"], r["place"], r["state"],
-            "-" if "sandboxed" not in r else ("yes" if r["sandboxed"] else "no"),
-            str(r["ports"][0]) if "ports" in r else "-"] for r in rows],
-          ["NAME", "ID", "WHERE", "STATE", "SANDBOXED", "PORT"])
+    table(
+        [
+            [
+                r["name"],
+                r["id"],
+                r["place"],
+                r["state"],
+                "-" if "sandboxed" not in r else ("yes" if r["sandboxed"] else "no"),
+                str(r["ports"][0]) if "ports" in r else "-",
+            ]
+            for r in rows
+        ],
+        ["NAME", "ID", "WHERE", "STATE", "SANDBOXED", "PORT"],
+    )
 
 
 @agent.command()
 @agent_option
-@click.option("--no-sandbox", "sandbox", flag_value=False, default=None,
-              help="run without a sandbox from now on (kept in the agent's settings)")
-@click.option("--sandbox", "sandbox", flag_value=True,
-              help="run in its sandbox again (the default)")
+@click.option(
+    "--no-sandbox",
+    "sandbox",
+    flag_value=False,
+    default=None,
+    help="run without a sandbox from now on (kept in the agent's settings)",
+)
+@click.option(
+    "--sandbox", "sandbox", flag_value=True, help="run in its sandbox again (the default)"
+)
 @json_option
 def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
     """Start the agent's harness in the background."""
@@ -91,15 +122,14 @@ def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
     if as_json:
         emit_json(st)
     else:
-        say(f"{a.name} is running at {st['endpoint']}"
-            f"{'' if st['sandboxed'] else ' (no sandbox)'}")
+        say(f"{a.name} is running at {st['endpoint']}{'' if st['sandboxed'] else ' (no sandbox)'}")
 
 
 def _finish_moves(m: Machine, name: str | None) -> None:
     """A start finishes the agent's unfinished moves first, and refuses one that moved away."""
     from lnk.agents.moved import refuse_if_moved
-    from lnk.transport import journal
-    from lnk.transport.move import finish_all, where_is
+    from lnk.move import journal
+    from lnk.move.move import finish_all, where_is
 
     if not journal.entries(m) and name is not None and not m.settings_file(name).exists():
         refuse_if_moved(m, name)
@@ -114,8 +144,10 @@ def _finish_moves(m: Machine, name: str | None) -> None:
     if name is not None and not m.settings_file(name).exists():
         refuse_if_moved(m, name)
         _, _, place = where_is(m, name)
-        raise UsageError(f"{name} is on the box {place}, not here",
-                         hint=f"lnk box run {place} -- lnk agent start --agent {name}")
+        raise UsageError(
+            f"{name} is on the box {place}, not here",
+            hint=f"lnk box run {place} -- lnk agent start --agent {name}",
+        )
 
 
 @agent.command()
@@ -142,8 +174,10 @@ def status(agent_name: str | None, as_json: bool) -> None:
     for key in ("name", "id", "owner", "state", "endpoint", "sandboxed", "store"):
         out(f"{key}: {st[key]}")
     if st.get("exit"):
-        out(f"exit: code {st['exit'].get('code')} at {st['exit'].get('at')} "
-            f"({st['exit'].get('reason', '')})")
+        out(
+            f"exit: code {st['exit'].get('code')} at {st['exit'].get('at')} "
+            f"({st['exit'].get('reason', '')})"
+        )
     if st.get("problem"):
         out(f"problem: {st['problem']}")
 
@@ -152,11 +186,11 @@ def _status_anywhere(m: Machine, name: str | None) -> dict[str, Any]:
     """Status here, or through the box the agent moved to (its own lnk answers)."""
     import json as _json
 
-    from lnk.transport.journal import locations
+    from lnk.move.journal import locations
 
     locs = locations(m)
     if name is not None and name in locs and not m.settings_file(name).exists():
-        from lnk.transport.move import place_leg
+        from lnk.move.move import place_leg
 
         leg = place_leg(m, locs[name]["place"])
         st = _json.loads(leg.run(["agent", "status", "--agent", name, "--json"]).stdout)
@@ -181,8 +215,12 @@ def logs(agent_name: str | None, lines: int) -> None:
 
 @agent.command()
 @click.argument("name")
-@click.option("--files", type=click.Choice(["keep", "delete"]), default=None,
-              help="keep the agent's folders aside (default) or delete them")
+@click.option(
+    "--files",
+    type=click.Choice(["keep", "delete"]),
+    default=None,
+    help="keep the agent's folders aside (default) or delete them",
+)
 @click.option("--yes", is_flag=True, help="don't ask")
 def remove(name: str, files: str | None, yes: bool) -> None:
     """Remove the agent NAME: its settings, state and keys."""
@@ -194,8 +232,11 @@ def remove(name: str, files: str | None, yes: bool) -> None:
         if not click.confirm(f"remove agent {name} ({a.id})?", default=False, err=True):
             raise UsageError("nothing removed")
         if files is None:
-            files = "delete" if click.confirm("delete its files too?", default=False,
-                                              err=True) else "keep"
+            files = (
+                "delete"
+                if click.confirm("delete its files too?", default=False, err=True)
+                else "keep"
+            )
     service.stop(a)
     kept = registry.remove(m, a, keep_files=(files or "keep") == "keep")
     say(f"removed {name}" + (f"; its files are kept in {kept}" if kept else ""))
@@ -209,14 +250,20 @@ def chat() -> None:
 @chat.command()
 @agent_option
 @click.option("--thread", default="main", show_default=True, help="the conversation (link:NAME)")
-@click.option("--message-id", metavar="ID", default=None, hidden=True,
-              help="the message's ID: sending it again gets the same answer")
+@click.option(
+    "--message-id",
+    metavar="ID",
+    default=None,
+    hidden=True,
+    help="the message's ID: sending it again gets the same answer",
+)
 @click.argument("text")
 @json_option
-def send(agent_name: str | None, thread: str, message_id: str | None, text: str,
-         as_json: bool) -> None:
+def send(
+    agent_name: str | None, thread: str, message_id: str | None, text: str, as_json: bool
+) -> None:
     """Send TEXT to the agent and print its answer (held while the agent moves)."""
-    from lnk.transport.held import chat as chat_send
+    from lnk.move.held import chat as chat_send
 
     m = _machine()
     full = thread if thread.startswith("link:") else f"link:{thread}"

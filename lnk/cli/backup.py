@@ -8,6 +8,7 @@ import click
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
+from lnk.backup.maintenance import prune, verify
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, progress_bar, say, table
 from lnk.errors import LnkError, UsageError
@@ -30,13 +31,20 @@ def _size(n: int) -> str:
 @agent.group("backup", invoke_without_command=True)
 @agent_option
 @click.option("--to", "url", metavar="URL", help="s3://bucket/prefix, gs://... or file:///path")
-@click.option("--keep", metavar="RULES", default=None,
-              help="then prune to RULES, e.g. daily=7,weekly=4")
+@click.option(
+    "--keep", metavar="RULES", default=None, help="then prune to RULES, e.g. daily=7,weekly=4"
+)
 @click.option("--scheduled", is_flag=True, hidden=True, help="a run started by the schedule")
 @json_option
 @click.pass_context
-def backup(ctx: click.Context, agent_name: str | None, url: str | None, keep: str | None,
-           scheduled: bool, as_json: bool) -> None:
+def backup(
+    ctx: click.Context,
+    agent_name: str | None,
+    url: str | None,
+    keep: str | None,
+    scheduled: bool,
+    as_json: bool,
+) -> None:
     """Back the agent up to a bucket (or list, verify, prune, schedule backups)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -55,7 +63,7 @@ def backup(ctx: click.Context, agent_name: str | None, url: str | None, keep: st
         if rules:
             from lnk.backup.agent import open_for_listing
 
-            pruned = open_for_listing(m, open_bucket(url), url).prune(rules)
+            pruned = prune(open_for_listing(m, open_bucket(url), url), rules)
     except LnkError as e:
         record_result(a, False, e.message, url=url)
         raise
@@ -69,8 +77,10 @@ def backup(ctx: click.Context, agent_name: str | None, url: str | None, keep: st
         return
     out(rep.snapshot)
     if not scheduled:
-        say(f"backed up {a.name}: {rep.files} files ({_size(rep.bytes)}), {rep.collections} "
-            f"collections; {rep.new_blobs} new blobs uploaded")
+        say(
+            f"backed up {a.name}: {rep.files} files ({_size(rep.bytes)}), {rep.collections} "
+            f"collections; {rep.new_blobs} new blobs uploaded"
+        )
     if pruned and pruned.forgotten:
         say(f"pruned {len(pruned.forgotten)} snapshot(s)")
 
@@ -81,8 +91,9 @@ def backup(ctx: click.Context, agent_name: str | None, url: str | None, keep: st
 @click.option("--every", default="6h", show_default=True, help="how often: 30m, 6h, 1d")
 @click.option("--keep", metavar="RULES", default=None, help="retention, e.g. daily=7,weekly=4")
 @json_option
-def schedule_(agent_name: str | None, url: str, every: str, keep: str | None,
-              as_json: bool) -> None:
+def schedule_(
+    agent_name: str | None, url: str, every: str, keep: str | None, as_json: bool
+) -> None:
     """Back the agent up on a schedule (systemd user timer, launchd, or a crontab line)."""
     from lnk.backup.schedule import install, parse_every, parse_keep
 
@@ -122,8 +133,13 @@ def list_(url: str, as_json: bool) -> None:
     if not rows:
         say(f"no backups in {url} yet")
         return
-    table([[r["id"][:12], r["time"][:19], str(r["agent"]), str(r["files"]), _size(r["bytes"])]
-           for r in rows], ["ID", "TIME", "AGENT", "FILES", "SIZE"])
+    table(
+        [
+            [r["id"][:12], r["time"][:19], str(r["agent"]), str(r["files"]), _size(r["bytes"])]
+            for r in rows
+        ],
+        ["ID", "TIME", "AGENT", "FILES", "SIZE"],
+    )
 
 
 @backup.command("verify")
@@ -134,20 +150,31 @@ def verify_(url: str, read_data: bool, as_json: bool) -> None:
     """Check that every snapshot's data is there (and intact, with --read-data)."""
     from lnk.errors import BackupError
 
-    rep = _listing(url).verify(read_data=read_data)
+    rep = verify(_listing(url), read_data=read_data)
     if as_json:
-        emit_json({"ok": rep.ok, "snapshots": rep.snapshots, "packs": rep.packs,
-                   "packs_read": rep.packs_read, "problems": rep.problems})
+        emit_json(
+            {
+                "ok": rep.ok,
+                "snapshots": rep.snapshots,
+                "packs": rep.packs,
+                "packs_read": rep.packs_read,
+                "problems": rep.problems,
+            }
+        )
     else:
         for p in rep.problems:
             out(p)
-        say(f"{rep.snapshots} snapshots, {rep.packs} packs"
+        say(
+            f"{rep.snapshots} snapshots, {rep.packs} packs"
             f"{f' ({rep.packs_read} read)' if read_data else ''}: "
-            f"{'ok' if rep.ok else f'{len(rep.problems)} problem(s)'}")
+            f"{'ok' if rep.ok else f'{len(rep.problems)} problem(s)'}"
+        )
     if not rep.ok:
-        raise BackupError(f"{url} has {len(rep.problems)} problem(s)",
-                          hint="back up again to store what is missing; "
-                               "lnk agent backup list shows what is there")
+        raise BackupError(
+            f"{url} has {len(rep.problems)} problem(s)",
+            hint="back up again to store what is missing; "
+            "lnk agent backup list shows what is there",
+        )
 
 
 @backup.command("prune")
@@ -159,15 +186,23 @@ def prune_(url: str, keep: str, dry_run: bool, as_json: bool) -> None:
     """Forget the snapshots the rules do not keep, and delete data none needs."""
     from lnk.backup.schedule import parse_keep
 
-    rep = _listing(url).prune(parse_keep(keep), dry_run=dry_run)
+    rep = prune(_listing(url), parse_keep(keep), dry_run=dry_run)
     if as_json:
-        emit_json({"kept": rep.kept, "forgotten": rep.forgotten,
-                   "deleted_packs": rep.deleted_packs, "deferred": rep.deferred,
-                   "dry_run": dry_run})
+        emit_json(
+            {
+                "kept": rep.kept,
+                "forgotten": rep.forgotten,
+                "deleted_packs": rep.deleted_packs,
+                "deferred": rep.deferred,
+                "dry_run": dry_run,
+            }
+        )
         return
-    say(f"kept {len(rep.kept)}, forgot {len(rep.forgotten)} snapshot(s), deleted "
-        f"{len(rep.deleted_packs)} pack(s)" + (" (a backup runs: packs kept for now)"
-                                               if rep.deferred else ""))
+    say(
+        f"kept {len(rep.kept)}, forgot {len(rep.forgotten)} snapshot(s), deleted "
+        f"{len(rep.deleted_packs)} pack(s)"
+        + (" (a backup runs: packs kept for now)" if rep.deferred else "")
+    )
 
 
 @agent.command("restore")
@@ -182,16 +217,19 @@ def restore(name: str, url: str, snapshot: str | None, force: bool, as_json: boo
 
     bar = progress_bar(None, desc=f"restoring {name}")
     try:
-        rep = restore_agent(_machine(), name, url, snapshot=snapshot, force=force,
-                            progress=bar.update)
+        rep = restore_agent(
+            _machine(), name, url, snapshot=snapshot, force=force, progress=bar.update
+        )
     finally:
         bar.close()
     if as_json:
         emit_json(rep.to_json())
         return
     out(rep.id)
-    say(f"restored {rep.agent} from snapshot {rep.snapshot[:12]}: {rep.files} files, "
-        f"{rep.collections} collections" + (" (older layout)" if rep.layout == 1 else ""))
+    say(
+        f"restored {rep.agent} from snapshot {rep.snapshot[:12]}: {rep.files} files, "
+        f"{rep.collections} collections" + (" (older layout)" if rep.layout == 1 else "")
+    )
     if rep.kept_aside:
         say(f"the agent that was here is kept in {rep.kept_aside}")
     for g in rep.dropped_grants:
@@ -230,8 +268,12 @@ def key() -> None:
 
 
 @key.command("export")
-@click.option("--public", "public_only", is_flag=True,
-              help="leave the private key out: for a box that backs up but never reads")
+@click.option(
+    "--public",
+    "public_only",
+    is_flag=True,
+    help="leave the private key out: for a box that backs up but never reads",
+)
 def export(public_only: bool) -> None:
     """Print the backup key (SECRET: it reads every backup) and the repositories' secrets."""
     from lnk.backup import agent_keys
@@ -252,5 +294,7 @@ def import_(as_json: bool) -> None:
     if as_json:
         emit_json({"private": keys.private is not None, "repositories": sorted(keys.repos)})
     else:
-        say(f"imported the backup key ({'with' if keys.private else 'without'} its private "
-            f"half) and {len(keys.repos)} repository secret(s)")
+        say(
+            f"imported the backup key ({'with' if keys.private else 'without'} its private "
+            f"half) and {len(keys.repos)} repository secret(s)"
+        )

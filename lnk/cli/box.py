@@ -10,6 +10,7 @@ import click
 import lnk
 from lnk.cli.output import emit_json, out, say, table
 from lnk.errors import UsageError
+from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.transport import boxes
 
 
@@ -21,26 +22,36 @@ def box() -> None:
 @box.command("add")
 @click.argument("name")
 @click.argument("destination", required=False)
-@click.option("--local", "local_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="a box that is another HOME on this machine")
-@click.option("--no-install", is_flag=True,
-              help="fail instead of installing or upgrading lnk on the box")
+@click.option(
+    "--local",
+    "local_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="a box that is another HOME on this machine",
+)
+@click.option(
+    "--no-install", is_flag=True, help="fail instead of installing or upgrading lnk on the box"
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
-def add(name: str, destination: str | None, local_dir: Path | None, no_install: bool,
-        as_json: bool) -> None:
+def add(
+    name: str, destination: str | None, local_dir: Path | None, no_install: bool, as_json: bool
+) -> None:
     """Add box NAME: DESTINATION for ssh ([user@]host or an ~/.ssh/config alias), or --local DIR.
 
     Checks that the box answers, and installs or upgrades lnk there when it is
     missing, older than this one, or speaks another stream format.
     """
     if (destination is None) == (local_dir is None):
-        raise UsageError("give either DESTINATION or --local DIR",
-                         hint="lnk box add NAME user@host, or lnk box add NAME --local DIR")
-    report = boxes.add(name, destination=destination, local_dir=local_dir,
-                       install=not no_install)
+        raise UsageError(
+            "give either DESTINATION or --local DIR",
+            hint="lnk box add NAME user@host, or lnk box add NAME --local DIR",
+        )
+    report = boxes.add(name, destination=destination, local_dir=local_dir, install=not no_install)
     if as_json:
-        emit_json(report.box.as_dict() | {"action": report.action, "before": report.before,
-                                          "after": report.after})
+        emit_json(
+            report.box.as_dict()
+            | {"action": report.action, "before": report.before, "after": report.after}
+        )
     else:
         say(report.describe())
 
@@ -56,12 +67,14 @@ def list_(as_json: bool) -> None:
     if not found:
         say("no boxes yet: add one with lnk box add NAME DEST")
         return
-    table([[b.name, "local" if b.local else "ssh", b.where] for b in found],
-          ["NAME", "KIND", "WHERE"])
+    table(
+        [[b.name, "local" if b.local else "ssh", b.where] for b in found], ["NAME", "KIND", "WHERE"]
+    )
 
 
-@box.command("run", context_settings={"ignore_unknown_options": True,
-                                      "allow_interspersed_args": False})
+@box.command(
+    "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
 @click.argument("name")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def run(name: str, command: tuple[str, ...]) -> None:
@@ -98,18 +111,6 @@ def remove(name: str) -> None:
 def version(as_json: bool) -> None:
     """This lnk's version and stream format (what a box is checked against)."""
     if as_json:
-        emit_json({"version": lnk.__version__, "stream_format": lnk.STREAM_FORMAT})
+        emit_json({"version": lnk.__version__, "stream_format": STREAM_FORMAT})
     else:
-        out(f"lnk {lnk.__version__} (stream format {lnk.STREAM_FORMAT})")
-
-
-def _register_version() -> None:
-    # lnk.cli.main imports this module while registering `box`; `version` rides along
-    # until main registers it itself.
-    from lnk.cli.main import cli
-
-    if "version" not in cli.commands:
-        cli.add_command(version)
-
-
-_register_version()
+        out(f"lnk {lnk.__version__} (stream format {STREAM_FORMAT})")

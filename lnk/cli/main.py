@@ -19,23 +19,15 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from lnk.cli import agent, backup, move, state  # noqa: F401 - they add commands to agent
+    # Imported here, not at the top, so `lnk --version` and the exit point load little.
+    from lnk.cli import agent, backup, box, demo, move, state  # noqa: F401 - move and state add to agent
 
     cli.add_command(agent.agent)
     cli.add_command(backup.bucket)
     cli.add_command(backup.backup_top)
-    from lnk.cli.box import version
-    from lnk.cli.demo import demo
-
-    cli.add_command(version)
-    cli.add_command(demo)
-    for modname, attr in (("lnk.cli.box", "box"), ("lnk.cli.bucket", "bucket"),
-                          ("lnk.cli.backup_key", "backup")):
-        try:
-            mod = __import__(modname, fromlist=[attr])
-        except ImportError:
-            continue
-        cli.add_command(getattr(mod, attr))
+    cli.add_command(box.box)
+    cli.add_command(box.version)
+    cli.add_command(demo.demo)
 
 
 def _on_signal(signum: int, _frame: object) -> NoReturn:

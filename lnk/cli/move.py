@@ -6,11 +6,12 @@ import json
 
 import click
 
-from lnk.agents import registry, service
+from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, say
 from lnk.errors import NotFound, UsageError
+from lnk.runtime import service
 
 
 @agent.command()
@@ -19,17 +20,17 @@ from lnk.errors import NotFound, UsageError
 @click.option("--here", is_flag=True, help="move the agent back to this computer")
 @click.option("--no-start", is_flag=True, help="don't start it where it goes")
 @json_option
-def move(agent_name: str | None, to: str | None, here: bool, no_start: bool,
-         as_json: bool) -> None:
+def move(agent_name: str | None, to: str | None, here: bool, no_start: bool, as_json: bool) -> None:
     """Move the agent to a box (--to BOX) or back here (--here), in two phases."""
-    from lnk.transport.move import HERE
-    from lnk.transport.move import move as do_move
+    from lnk.move.move import HERE
+    from lnk.move.move import move as do_move
 
     if bool(to) == here:
         raise UsageError("say where the agent goes", hint="--to BOX or --here")
-    result = do_move(Machine.current(), agent_name, HERE if here else str(to),
-                     no_start=no_start, say=say)
-    from lnk.transport.held import deliver_all
+    result = do_move(
+        Machine.current(), agent_name, HERE if here else str(to), no_start=no_start, say=say
+    )
+    from lnk.move.held import deliver_all
 
     deliver_all(Machine.current(), result["id"], say)
     if as_json:
@@ -41,8 +42,8 @@ def move(agent_name: str | None, to: str | None, here: bool, no_start: bool,
 @json_option
 def deliver(agent_name: str | None, as_json: bool) -> None:
     """Hand the agent the messages held for it while it moved."""
-    from lnk.transport.held import deliver_all
-    from lnk.transport.move import where_is
+    from lnk.move.held import deliver_all
+    from lnk.move.move import where_is
 
     m = Machine.current()
     _, agent_id, _ = where_is(m, agent_name)
@@ -76,7 +77,8 @@ def resume(agent_name: str | None) -> None:
 @click.option("--to", "to", required=True)
 def moved_away(agent_name: str | None, agent_id: str, to: str) -> None:
     """(a move's step) The agent answers elsewhere: remove what runs it here."""
-    from lnk.agents.moved import leave, purge_expired
+    from lnk.agents.moved import purge_expired
+    from lnk.move.moved import leave
 
     m = Machine.current()
     try:

@@ -9,14 +9,14 @@ from typing import Any
 
 import click
 
-from lnk import STREAM_FORMAT
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, progress_bar, say
 from lnk.errors import UsageError
+from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.formats.keys import parse_public_key
-from lnk.transport.faults import armed, fault
+from lnk.move.faults import armed, fault
 
 
 class _DieMidStream:
@@ -60,23 +60,42 @@ def _bulk_file(a: registry.Agent, key_text: str) -> Path:
 
 @agent.command("state-send")
 @agent_option
-@click.option("--to", "to", required=True, metavar="PUBLIC_KEY",
-              help="the receiver's public key (from state-receive --prepare)")
-@click.option("--inventory", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
-              help="what the receiver holds already (from state-receive --inventory; - for stdin)")
-@click.option("--phase", type=click.Choice(["full", "bulk", "final"]), default="full",
-              show_default=True, help="bulk while the agent runs, final once it is paused")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
-              help="write what was sent as JSON to this file")
-def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: str,
-               report: Path | None) -> None:
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="PUBLIC_KEY",
+    help="the receiver's public key (from state-receive --prepare)",
+)
+@click.option(
+    "--inventory",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="what the receiver holds already (from state-receive --inventory; - for stdin)",
+)
+@click.option(
+    "--phase",
+    type=click.Choice(["full", "bulk", "final"]),
+    default="full",
+    show_default=True,
+    help="bulk while the agent runs, final once it is paused",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="write what was sent as JSON to this file",
+)
+def state_send(
+    agent_name: str | None, to: str, inventory: Path | None, phase: str, report: Path | None
+) -> None:
     """Write the agent as a sealed stream on stdout."""
-    from lnk.transport.inventory import Inventory
-    from lnk.transport.send import send_agent
+    from lnk.payload.inventory import Inventory
+    from lnk.payload.send import send_agent
 
     if sys.stdout.isatty():
-        raise UsageError("the stream is binary; send it into a pipe or a file",
-                         hint="lnk agent state-send --to KEY > stream")
+        raise UsageError(
+            "the stream is binary; send it into a pipe or a file",
+            hint="lnk agent state-send --to KEY > stream",
+        )
     a = registry.find(Machine.current(), agent_name)
     recipient = parse_public_key(to)
     inv: Inventory | None = None
@@ -92,8 +111,16 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
         since, base = held.get("watermarks", {}), held.get("stream_id")
     bar = progress_bar(None, desc=f"sending {a.name}")
     with bar:
-        rep = send_agent(a, _faulty(sys.stdout.buffer, f"send:mid-{phase}"), recipient, phase=phase, inventory=inv,
-                         since=since, base_stream=base, progress=bar.update)
+        rep = send_agent(
+            a,
+            _faulty(sys.stdout.buffer, f"send:mid-{phase}"),
+            recipient,
+            phase=phase,
+            inventory=inv,
+            since=since,
+            base_stream=base,
+            progress=bar.update,
+        )
     sys.stdout.buffer.flush()
     if phase == "bulk":
         bulk_file.parent.mkdir(parents=True, exist_ok=True)
@@ -106,30 +133,57 @@ def state_send(agent_name: str | None, to: str, inventory: Path | None, phase: s
 
 @agent.command("state-receive")
 @click.option("--prepare", is_flag=True, help="make a one-time receiver and print its key")
-@click.option("--agent-id", metavar="ID", help="with --prepare: the agent expected, so what "
-              "this machine holds of it is never sent again")
-@click.option("--name", "agent_name", metavar="NAME", help="with --prepare: the agent's name, "
-              "refused at once if another agent here has it")
+@click.option(
+    "--agent-id",
+    metavar="ID",
+    help="with --prepare: the agent expected, so what this machine holds of it is never sent again",
+)
+@click.option(
+    "--name",
+    "agent_name",
+    metavar="NAME",
+    help="with --prepare: the agent's name, refused at once if another agent here has it",
+)
 @click.option("--receiver", metavar="RECEIVER", help="the receiver --prepare made")
-@click.option("--inventory", "inventory", is_flag=True,
-              help="write what the receiver holds already (binary) on stdout")
+@click.option(
+    "--inventory",
+    "inventory",
+    is_flag=True,
+    help="write what the receiver holds already (binary) on stdout",
+)
 @click.option("--abandon", is_flag=True, help="delete the receiver and all it staged")
-@click.option("--store", type=click.Choice(["files", "sqlite"]), default=None,
-              help="keep the agent's collections with this driver here")
+@click.option(
+    "--store",
+    type=click.Choice(["files", "sqlite"]),
+    default=None,
+    help="keep the agent's collections with this driver here",
+)
 @json_option
-def state_receive(prepare: bool, agent_id: str | None, agent_name: str | None,
-                  receiver: str | None, inventory: bool,
-                  abandon: bool, store: str | None, as_json: bool) -> None:
+def state_receive(
+    prepare: bool,
+    agent_id: str | None,
+    agent_name: str | None,
+    receiver: str | None,
+    inventory: bool,
+    abandon: bool,
+    store: str | None,
+    as_json: bool,
+) -> None:
     """Prepare a receiver, or read a sealed stream on stdin and apply it."""
-    from lnk.transport import receivers
-    from lnk.transport.receive import receive
+    from lnk.payload import receivers
+    from lnk.payload.receive import receive
 
     m = Machine.current()
     if prepare:
         has_agent = receivers.check_prepare(m, agent_id, agent_name)
         r = receivers.prepare(m, agent_id)
-        info = {"receiver": r.rid, "public_key": r.key().public.text(),
-                "format": STREAM_FORMAT, "holds": len(r.inventory()), "has_agent": has_agent}
+        info = {
+            "receiver": r.rid,
+            "public_key": r.key().public.text(),
+            "format": STREAM_FORMAT,
+            "holds": len(r.inventory()),
+            "has_agent": has_agent,
+        }
         if as_json:
             emit_json(info)
         else:
@@ -147,17 +201,29 @@ def state_receive(prepare: bool, agent_id: str | None, agent_name: str | None,
         sys.stdout.buffer.write(r.inventory().to_bytes())
         return
     if sys.stdin.isatty():
-        raise UsageError("the stream comes on stdin", hint="lnk agent state-receive --receiver R < stream")
+        raise UsageError(
+            "the stream comes on stdin", hint="lnk agent state-receive --receiver R < stream"
+        )
     bar = progress_bar(None, desc="receiving")
     with bar:
         phase = "final" if r.bulk.is_dir() else "bulk"
-        rep = receive(m, receiver, _faulty(sys.stdin.buffer, f"receive:mid-{phase}"), store=store, progress=bar.update)
+        rep = receive(
+            m,
+            receiver,
+            _faulty(sys.stdin.buffer, f"receive:mid-{phase}"),
+            store=store,
+            progress=bar.update,
+        )
     if as_json:
         emit_json(rep.to_json())
     else:
         verb = "received" if rep.committed else "staged (bulk phase)"
-        say(f"{verb} {rep.agent} ({rep.id}): {rep.files} files, {rep.data_bytes} bytes carried, "
-            f"{rep.collections} collections")
+        say(
+            f"{verb} {rep.agent} ({rep.id}): {rep.files} files, {rep.data_bytes} bytes carried, "
+            f"{rep.collections} collections"
+        )
     for flag in rep.dropped_grants:
-        say(f"not granted here (the stream asked for it): {flag}; "
-            f"lnk agent allow {flag} --agent {rep.agent} gives it")
+        say(
+            f"not granted here (the stream asked for it): {flag}; "
+            f"lnk agent allow {flag} --agent {rep.agent} gives it"
+        )

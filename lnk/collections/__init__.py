@@ -30,8 +30,19 @@ from lnk.errors import InvalidInput
 DRIVERS = ("files", "sqlite")
 
 __all__ = [
-    "DEFAULT_LAPSE_MS", "DRIVERS", "KINDS", "MAX_NAME_CHARS", "MAX_VALUE_BYTES", "CollectionId",
-    "Event", "FileStore", "Lease", "SqliteStore", "Store", "copy_collection", "open_store",
+    "DEFAULT_LAPSE_MS",
+    "DRIVERS",
+    "KINDS",
+    "MAX_NAME_CHARS",
+    "MAX_VALUE_BYTES",
+    "CollectionId",
+    "Event",
+    "FileStore",
+    "Lease",
+    "SqliteStore",
+    "Store",
+    "copy_collection",
+    "open_store",
 ]
 
 
@@ -41,7 +52,9 @@ def open_store(driver: str, path: Path, **kw: Any) -> Store:
         return FileStore(Path(path), **kw)
     if driver == "sqlite":
         return SqliteStore(Path(path), **kw)
-    raise InvalidInput(f"unknown collection driver {driver!r}", hint=f"use one of {', '.join(DRIVERS)}")
+    raise InvalidInput(
+        f"unknown collection driver {driver!r}", hint=f"use one of {', '.join(DRIVERS)}"
+    )
 
 
 def copy_collection(src: Store, dst: Store, cid: CollectionId, since: int = 0) -> CollectionId:

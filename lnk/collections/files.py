@@ -69,7 +69,7 @@ def _unquote(enc: str) -> bytearray:
     i = 0
     while i < len(enc):
         if enc[i] == "%":
-            out.append(int(enc[i + 1:i + 3], 16))
+            out.append(int(enc[i + 1 : i + 3], 16))
             i += 3
         else:
             out += enc[i].encode()
@@ -84,8 +84,13 @@ def _event_file(n: int) -> str:
 class FileStore(Store):
     """Collections as plain files under ``root``."""
 
-    def __init__(self, root: Path, lapse_ms: int = DEFAULT_LAPSE_MS, fsync: bool = True,
-                 private: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        lapse_ms: int = DEFAULT_LAPSE_MS,
+        fsync: bool = True,
+        private: bool = False,
+    ) -> None:
         """``private``: one writer and no reader until it is done (a stream's staging), so
         an event is created in place, not written aside and linked: a third of the calls."""
         super().__init__(lapse_ms)
@@ -185,8 +190,9 @@ class FileStore(Store):
                 return i
         return len(texts)
 
-    def iter_events(self, cid: CollectionId, start: int = 1,
-                    stop: int | None = None) -> Iterator[Event]:
+    def iter_events(
+        self, cid: CollectionId, start: int = 1, stop: int | None = None
+    ) -> Iterator[Event]:
         self._log(cid)
         start, stop = self._range(start, stop)
         d = self._dir(cid)
@@ -241,8 +247,9 @@ class FileStore(Store):
         check_name("map key", key)
         text = encode_value(f"the value of {key!r}", value)
         d = self._ensure(cid)
-        data = json.dumps({"key": key, "value": json.loads(text)}, ensure_ascii=True,
-                          separators=(",", ":")).encode()
+        data = json.dumps(
+            {"key": key, "value": json.loads(text)}, ensure_ascii=True, separators=(",", ":")
+        ).encode()
         with self._locked(d / ".lock"):
             self._replace(self._entry(d, key), data, sync_dir=False)
             self._bump(d)
@@ -281,8 +288,11 @@ class FileStore(Store):
         self._map(cid)
         d = self._dir(cid)
         try:
-            names = [e.name for e in os.scandir(d)
-                     if e.name.endswith(".json") and not e.name.startswith(".")]
+            names = [
+                e.name
+                for e in os.scandir(d)
+                if e.name.endswith(".json") and not e.name.startswith(".")
+            ]
         except FileNotFoundError:
             return
         keyed: list[tuple[str, str]] = []
@@ -308,7 +318,7 @@ class FileStore(Store):
             staged: set[str] = set()
             for key, text in entries:
                 fname = encode_name(key) + ".json"
-                data = ('{"key":' + json.dumps(key, ensure_ascii=True) + ',"value":' + text + "}")
+                data = '{"key":' + json.dumps(key, ensure_ascii=True) + ',"value":' + text + "}"
                 os.replace(self._tmp(staging, data.encode()), staging / fname)
                 staged.add(fname)
             d = self._ensure(cid)
@@ -316,8 +326,11 @@ class FileStore(Store):
                 for fname in staged:
                     os.replace(staging / fname, d / fname)
                 for e in os.scandir(d):
-                    if (e.name.endswith(".json") and not e.name.startswith(".")
-                            and e.name not in staged):
+                    if (
+                        e.name.endswith(".json")
+                        and not e.name.startswith(".")
+                        and e.name not in staged
+                    ):
                         os.unlink(e.path)
                 self._bump(d)
                 self._sync_dir(d)
@@ -360,8 +373,10 @@ class FileStore(Store):
         try:
             return Lease.from_json(json.loads(raw))
         except (ValueError, InvalidInput):
-            raise InvalidInput(f"the turn lease {path} is malformed",
-                               hint="delete it; the turn will be taken again") from None
+            raise InvalidInput(
+                f"the turn lease {path} is malformed",
+                hint="delete it; the turn will be taken again",
+            ) from None
 
     def _lease_op(self, cid: CollectionId) -> contextlib.AbstractContextManager[None]:
         d = self._dir(self._log(cid))
@@ -371,8 +386,7 @@ class FileStore(Store):
     def _write_lease(self, cid: CollectionId, lease: Lease) -> None:
         self._replace(self._lease_path(cid), json.dumps(lease.to_json()).encode())
 
-    def take_lease(self, cid: CollectionId, holder: str,
-                   now_ms: int | None = None) -> Lease | None:
+    def take_lease(self, cid: CollectionId, holder: str, now_ms: int | None = None) -> Lease | None:
         check_name("lease holder", holder)
         now = resolve_now(now_ms)
         with self._lease_op(cid):
@@ -388,8 +402,9 @@ class FileStore(Store):
             cur = self.read_lease(cid)
             if cur is None or cur.holder != holder:
                 return False
-            self._write_lease(cid, Lease(holder, cur.taken_ms, now, cur.took_over,
-                                         cur.previous_holder))
+            self._write_lease(
+                cid, Lease(holder, cur.taken_ms, now, cur.took_over, cur.previous_holder)
+            )
             return True
 
     def release_lease(self, cid: CollectionId, holder: str) -> bool:
@@ -406,4 +421,4 @@ class FileStore(Store):
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]

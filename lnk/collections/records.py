@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from lnk.collections.base import (
+from lnk.collections.ids import (
     FORMAT_VERSION,
     KINDS,
     CollectionId,
@@ -39,9 +39,17 @@ def export_records(store: Store, cid: CollectionId, since: int = 0) -> Iterator[
     """Records for one collection; for a log, only events numbered above ``since``."""
     if cid.shape == "log":
         check_number("since", since, 0)
-        last = store.last_number(cid)  # a snapshot: events appended meanwhile wait for the next pass
-        yield {"t": "collection", "v": FORMAT_VERSION, "kind": cid.kind, "name": cid.name,
-               "shape": "log", "since": since}
+        last = store.last_number(
+            cid
+        )  # a snapshot: events appended meanwhile wait for the next pass
+        yield {
+            "t": "collection",
+            "v": FORMAT_VERSION,
+            "kind": cid.kind,
+            "name": cid.name,
+            "shape": "log",
+            "since": since,
+        }
         count = 0
         if last > since:
             for ev in store.iter_events(cid, since + 1, last + 1):
@@ -51,8 +59,13 @@ def export_records(store: Store, cid: CollectionId, since: int = 0) -> Iterator[
         return
     if since:
         raise InvalidInput(f"since= is for logs; {cid.kind} is a map", hint="export it whole")
-    yield {"t": "collection", "v": FORMAT_VERSION, "kind": cid.kind, "name": cid.name,
-           "shape": "map"}
+    yield {
+        "t": "collection",
+        "v": FORMAT_VERSION,
+        "kind": cid.kind,
+        "name": cid.name,
+        "shape": "map",
+    }
     count = 0
     for key, value in store.items(cid):
         yield {"t": "entry", "key": key, "value": value}
@@ -84,7 +97,9 @@ def _parse_header(rec: object) -> tuple[CollectionId, int]:
     want = {"t", "v", "kind", "name", "shape"} | ({"since"} if shape == "log" else set())
     _fields(rec, want, "the collection record")
     if rec["v"] != FORMAT_VERSION or isinstance(rec["v"], bool):
-        raise InvalidInput(f"collection record version {rec['v']!r} (this lnk reads {FORMAT_VERSION})")
+        raise InvalidInput(
+            f"collection record version {rec['v']!r} (this lnk reads {FORMAT_VERSION})"
+        )
     kind = rec["kind"]
     if not isinstance(kind, str) or kind not in KINDS:
         raise InvalidInput(f"unknown collection kind {kind!r}", hint=f"known: {', '.join(KINDS)}")
@@ -180,7 +195,9 @@ def _import_log(store: Store, cid: CollectionId, since: int, it: Iterator[Any]) 
         _fields(rec, {"t", "n", "data"}, "an event record")
         n = check_number("event number", rec["n"], 1)
         if n != expected:
-            raise InvalidInput(f"event {n} of {cid.name} where {expected} was due (a gap or a repeat)")
+            raise InvalidInput(
+                f"event {n} of {cid.name} where {expected} was due (a gap or a repeat)"
+            )
         text = encode_value(f"event {n}", rec["data"])
         seen += 1
         expected += 1

@@ -55,8 +55,9 @@ CREATE TABLE IF NOT EXISTS staging (
 class SqliteStore(Store):
     """Collections in the SQLite database at ``path`` (created if missing)."""
 
-    def __init__(self, path: Path, lapse_ms: int = DEFAULT_LAPSE_MS,
-                 busy_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, path: Path, lapse_ms: int = DEFAULT_LAPSE_MS, busy_timeout_ms: int = 30_000
+    ) -> None:
         super().__init__(lapse_ms)
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms
@@ -81,8 +82,12 @@ class SqliteStore(Store):
             self._pid = os.getpid()
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                timeout=self.busy_timeout_ms / 1000)
+            c = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout_ms / 1000,
+            )
             c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             c.execute("PRAGMA journal_mode = WAL")
             c.execute("PRAGMA synchronous = NORMAL")
@@ -134,8 +139,7 @@ class SqliteStore(Store):
                 c.execute("DELETE FROM leases WHERE name = ?", (cid.name,))
             else:
                 c.execute("DELETE FROM entries WHERE kind = ? AND name = ?", (cid.kind, cid.name))
-            c.execute("DELETE FROM collections WHERE kind = ? AND name = ?",
-                      (cid.kind, cid.name))
+            c.execute("DELETE FROM collections WHERE kind = ? AND name = ?", (cid.kind, cid.name))
 
     def _touch(self, cid: CollectionId) -> None:
         with self._tx() as c:
@@ -148,8 +152,10 @@ class SqliteStore(Store):
         with self._tx() as c:
             if self._last(c, cid) != first - 1:
                 return 0
-            c.executemany("INSERT INTO events (name, number, data) VALUES (?, ?, ?)",
-                          [(cid.name, first + i, t) for i, t in enumerate(texts)])
+            c.executemany(
+                "INSERT INTO events (name, number, data) VALUES (?, ?, ?)",
+                [(cid.name, first + i, t) for i, t in enumerate(texts)],
+            )
             self._register(c, cid)
         return len(texts)
 
@@ -158,16 +164,23 @@ class SqliteStore(Store):
         row = c.execute("SELECT max(number) FROM events WHERE name = ?", (cid.name,)).fetchone()
         return int(row[0] or 0)
 
-    def iter_events(self, cid: CollectionId, start: int = 1,
-                    stop: int | None = None) -> Iterator[Event]:
+    def iter_events(
+        self, cid: CollectionId, start: int = 1, stop: int | None = None
+    ) -> Iterator[Event]:
         self._log(cid)
         start, stop = self._range(start, stop)
         end = (1 << 62) if stop is None else stop
         n = start
         while n < end:
-            rows = self._conn().execute(
-                "SELECT number, data FROM events WHERE name = ? AND number >= ? AND number < ? "
-                "ORDER BY number LIMIT ?", (cid.name, n, end, _PAGE)).fetchall()
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT number, data FROM events WHERE name = ? AND number >= ? AND number < ? "
+                    "ORDER BY number LIMIT ?",
+                    (cid.name, n, end, _PAGE),
+                )
+                .fetchall()
+            )
             for number, data in rows:
                 yield Event(number, decode_value(data))
             if len(rows) < _PAGE:
@@ -184,25 +197,34 @@ class SqliteStore(Store):
         check_name("map key", key)
         text = encode_value(f"the value of {key!r}", value)
         with self._tx() as c:
-            c.execute("INSERT INTO entries (kind, name, key, value) VALUES (?, ?, ?, ?) "
-                      "ON CONFLICT (kind, name, key) DO UPDATE SET value = excluded.value",
-                      (cid.kind, cid.name, key, text))
+            c.execute(
+                "INSERT INTO entries (kind, name, key, value) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (kind, name, key) DO UPDATE SET value = excluded.value",
+                (cid.kind, cid.name, key, text),
+            )
             self._register(c, cid, 1)
 
     def get(self, cid: CollectionId, key: str) -> dict[str, Any] | None:
         self._map(cid)
         check_name("map key", key)
-        row = self._conn().execute(
-            "SELECT value FROM entries WHERE kind = ? AND name = ? AND key = ?",
-            (cid.kind, cid.name, key)).fetchone()
+        row = (
+            self._conn()
+            .execute(
+                "SELECT value FROM entries WHERE kind = ? AND name = ? AND key = ?",
+                (cid.kind, cid.name, key),
+            )
+            .fetchone()
+        )
         return None if row is None else decode_value(row[0])
 
     def delete(self, cid: CollectionId, key: str) -> bool:
         self._map(cid)
         check_name("map key", key)
         with self._tx() as c:
-            cur = c.execute("DELETE FROM entries WHERE kind = ? AND name = ? AND key = ?",
-                            (cid.kind, cid.name, key))
+            cur = c.execute(
+                "DELETE FROM entries WHERE kind = ? AND name = ? AND key = ?",
+                (cid.kind, cid.name, key),
+            )
             if cur.rowcount == 0:
                 return False
             self._register(c, cid, 1)
@@ -213,13 +235,25 @@ class SqliteStore(Store):
         after: str | None = None
         while True:
             if after is None:
-                rows = self._conn().execute(
-                    "SELECT key, value FROM entries WHERE kind = ? AND name = ? "
-                    "ORDER BY key LIMIT ?", (cid.kind, cid.name, _PAGE)).fetchall()
+                rows = (
+                    self._conn()
+                    .execute(
+                        "SELECT key, value FROM entries WHERE kind = ? AND name = ? "
+                        "ORDER BY key LIMIT ?",
+                        (cid.kind, cid.name, _PAGE),
+                    )
+                    .fetchall()
+                )
             else:
-                rows = self._conn().execute(
-                    "SELECT key, value FROM entries WHERE kind = ? AND name = ? AND key > ? "
-                    "ORDER BY key LIMIT ?", (cid.kind, cid.name, after, _PAGE)).fetchall()
+                rows = (
+                    self._conn()
+                    .execute(
+                        "SELECT key, value FROM entries WHERE kind = ? AND name = ? AND key > ? "
+                        "ORDER BY key LIMIT ?",
+                        (cid.kind, cid.name, after, _PAGE),
+                    )
+                    .fetchall()
+                )
             for key, value in rows:
                 yield key, decode_value(value)
             if len(rows) < _PAGE:
@@ -240,9 +274,11 @@ class SqliteStore(Store):
             with self._tx() as c:
                 c.executemany("INSERT INTO staging VALUES (?, ?, ?)", batch)
                 c.execute("DELETE FROM entries WHERE kind = ? AND name = ?", (cid.kind, cid.name))
-                c.execute("INSERT INTO entries (kind, name, key, value) "
-                          "SELECT ?, ?, key, value FROM staging WHERE token = ?",
-                          (cid.kind, cid.name, token))
+                c.execute(
+                    "INSERT INTO entries (kind, name, key, value) "
+                    "SELECT ?, ?, key, value FROM staging WHERE token = ?",
+                    (cid.kind, cid.name, token),
+                )
                 self._register(c, cid, 1)
         finally:
             with self._tx() as c:
@@ -256,34 +292,51 @@ class SqliteStore(Store):
     def watermark(self, cid: CollectionId) -> int:
         if cid.shape == "log":
             return self.last_number(cid)
-        row = self._conn().execute("SELECT version FROM collections WHERE kind = ? AND name = ?",
-                                   (cid.kind, cid.name)).fetchone()
+        row = (
+            self._conn()
+            .execute(
+                "SELECT version FROM collections WHERE kind = ? AND name = ?", (cid.kind, cid.name)
+            )
+            .fetchone()
+        )
         return 0 if row is None else int(row[0])
 
     # ---- the turn lease ---------------------------------------------------
     @staticmethod
     def _lease(c: sqlite3.Connection, cid: CollectionId) -> Lease | None:
-        row = c.execute("SELECT holder, taken_ms, renewed_ms, took_over, previous_holder "
-                        "FROM leases WHERE name = ?", (cid.name,)).fetchone()
+        row = c.execute(
+            "SELECT holder, taken_ms, renewed_ms, took_over, previous_holder "
+            "FROM leases WHERE name = ?",
+            (cid.name,),
+        ).fetchone()
         if row is None:
             return None
         try:
             return Lease(row[0], int(row[1]), int(row[2]), bool(row[3]), row[4])
         except (TypeError, ValueError):
-            raise InvalidInput(f"the turn lease of {cid.name} is malformed",
-                               hint="release it; the turn will be taken again") from None
+            raise InvalidInput(
+                f"the turn lease of {cid.name} is malformed",
+                hint="release it; the turn will be taken again",
+            ) from None
 
     @staticmethod
     def _write_lease(c: sqlite3.Connection, cid: CollectionId, lease: Lease) -> None:
-        c.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?)",
-                  (cid.name, lease.holder, lease.taken_ms, lease.renewed_ms,
-                   int(lease.took_over), lease.previous_holder))
+        c.execute(
+            "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                cid.name,
+                lease.holder,
+                lease.taken_ms,
+                lease.renewed_ms,
+                int(lease.took_over),
+                lease.previous_holder,
+            ),
+        )
 
     def read_lease(self, cid: CollectionId) -> Lease | None:
         return self._lease(self._conn(), self._log(cid))
 
-    def take_lease(self, cid: CollectionId, holder: str,
-                   now_ms: int | None = None) -> Lease | None:
+    def take_lease(self, cid: CollectionId, holder: str, now_ms: int | None = None) -> Lease | None:
         self._log(cid)
         check_name("lease holder", holder)
         now = resolve_now(now_ms)
@@ -301,8 +354,9 @@ class SqliteStore(Store):
             cur = self._lease(c, cid)
             if cur is None or cur.holder != holder:
                 return False
-            self._write_lease(c, cid, Lease(holder, cur.taken_ms, now, cur.took_over,
-                                            cur.previous_holder))
+            self._write_lease(
+                c, cid, Lease(holder, cur.taken_ms, now, cur.took_over, cur.previous_holder)
+            )
         return True
 
     def release_lease(self, cid: CollectionId, holder: str) -> bool:

@@ -176,7 +176,7 @@ def parse_public_key(text: str) -> PublicKey:
             f"expected {_TEXT_LEN}): it was probably cut off or pasted twice",
             hint=hint,
         )
-    body = t[len(PUBLIC_TEXT_PREFIX):]
+    body = t[len(PUBLIC_TEXT_PREFIX) :]
     if not _B64URL.fullmatch(body):
         raise InvalidInput(
             "the receiver public key has characters that are not base64url", hint=hint

@@ -158,8 +158,17 @@ def build_header(
 ) -> Header:
     kid = hashlib.sha256(public_raw).digest()
     fixed = _FIXED.pack(
-        MAGIC, FORMAT, KEM_MLKEM768_X25519, KDF_HKDF_SHA256, AEAD_AES_256_GCM,
-        AEAD_AES_256_GCM, REC_LOG2, 0, stream_id, kid, len(meta_bytes),
+        MAGIC,
+        FORMAT,
+        KEM_MLKEM768_X25519,
+        KDF_HKDF_SHA256,
+        AEAD_AES_256_GCM,
+        AEAD_AES_256_GCM,
+        REC_LOG2,
+        0,
+        stream_id,
+        kid,
+        len(meta_bytes),
     )
     prefix = fixed + meta_bytes + struct.pack(">H", SEALED_LEN)
     info = HPKE_INFO + hashlib.sha256(prefix).digest()
@@ -179,8 +188,8 @@ def read_header(
     if len(rest) < FIXED_LEN - 10:
         raise StreamFault("truncated", "the stream ends inside its header", hint=_DAMAGED)
     fixed = prelude + rest
-    (_m, _f, kem, kdf, haead, paead, rec_log2, reserved, stream_id, kid, meta_len) = (
-        _FIXED.unpack(fixed)
+    (_m, _f, kem, kdf, haead, paead, rec_log2, reserved, stream_id, kid, meta_len) = _FIXED.unpack(
+        fixed
     )
     suite = (kem, kdf, haead, paead)
     if suite != (KEM_MLKEM768_X25519, KDF_HKDF_SHA256, AEAD_AES_256_GCM, AEAD_AES_256_GCM):
@@ -207,8 +216,9 @@ def read_header(
         )
     if meta_len > META_MAX:
         raise StreamFault(
-            "header", f"the stream header declares {meta_len} bytes of metadata; the "
-            f"limit is {META_MAX}", hint=_DAMAGED,
+            "header",
+            f"the stream header declares {meta_len} bytes of metadata; the limit is {META_MAX}",
+            hint=_DAMAGED,
         )
     meta_bytes = read_exact(inp, meta_len)
     slen_b = read_exact(inp, 2)
@@ -217,7 +227,8 @@ def read_header(
     (slen,) = struct.unpack(">H", slen_b)
     if slen != SEALED_LEN:
         raise StreamFault(
-            "header", f"the stream header's sealed key is {slen} bytes, not {SEALED_LEN}",
+            "header",
+            f"the stream header's sealed key is {slen} bytes, not {SEALED_LEN}",
             hint=_DAMAGED,
         )
     sealed = read_exact(inp, slen)
@@ -229,13 +240,16 @@ def read_header(
         stream_key = SUITE.decrypt(sealed, private, info=info)
     except (InvalidTag, ValueError):
         raise StreamFault(
-            "header", "the stream header does not verify: it was altered or damaged",
+            "header",
+            "the stream header does not verify: it was altered or damaged",
             hint=_DAMAGED,
         ) from None
     if len(stream_key) != 32:
         raise StreamFault("header", "the stream key is not 32 bytes", hint=_DAMAGED)
     raw = prefix + sealed
-    return Header(raw, hashlib.sha256(raw).digest(), stream_id, kid, rec_log2, meta_bytes), stream_key
+    return Header(
+        raw, hashlib.sha256(raw).digest(), stream_id, kid, rec_log2, meta_bytes
+    ), stream_key
 
 
 def parse_meta(meta_bytes: bytes) -> dict[str, Any]:

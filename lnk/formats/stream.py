@@ -56,7 +56,9 @@ class StreamSummary:
     wire_bytes: int  # bytes of the whole stream
 
 
-def split_body(data: bytes | bytearray | memoryview, size: int = RECORD_MAX) -> Iterator[memoryview]:
+def split_body(
+    data: bytes | bytearray | memoryview, size: int = RECORD_MAX
+) -> Iterator[memoryview]:
     """Cut data into consecutive pieces of at most ``size`` bytes (none if empty)."""
     view = memoryview(data)
     for start in range(0, len(view), size):

@@ -27,8 +27,7 @@ TURN_GRACE_S = 60.0
 def serve(args: argparse.Namespace) -> int:
     config = HarnessConfig.load(Path(args.config))
     key = read_key_file(Path(args.key_file))
-    server = make_server(config, key, port=args.port,
-                         unix=Path(args.unix) if args.unix else None)
+    server = make_server(config, key, port=args.port, unix=Path(args.unix) if args.unix else None)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         print(f"lnk harness: signal {signum}, stopping", flush=True)
@@ -37,15 +36,20 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     where = args.unix or f"127.0.0.1:{args.port}"
-    print(f"lnk harness: agent {config.name} ({config.id}) listening on {where}, "
-          f"sandboxed={config.sandboxed}", flush=True)
+    print(
+        f"lnk harness: agent {config.name} ({config.id}) listening on {where}, "
+        f"sandboxed={config.sandboxed}",
+        flush=True,
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         # a stop lets the running turn end and answer before the process goes
         if not server.lnk_conversations.wait_idle(TURN_GRACE_S):
-            print("lnk harness: a turn was still running at the stop; the next start "
-                  "finishes it", flush=True)
+            print(
+                "lnk harness: a turn was still running at the stop; the next start finishes it",
+                flush=True,
+            )
         server.server_close()
     return 0
 

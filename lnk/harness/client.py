@@ -26,24 +26,31 @@ def read_key(path: Path) -> bytes:
         with open(path, "rb") as f:
             key = f.read(1024)
     except FileNotFoundError as e:
-        raise AgentNotRunning(f"the agent's endpoint key {path} does not exist: "
-                              "it is not running", hint="start it: lnk agent start") from e
+        raise AgentNotRunning(
+            f"the agent's endpoint key {path} does not exist: it is not running",
+            hint="start it: lnk agent start",
+        ) from e
     if not key:
-        raise AgentNotRunning(f"the agent's endpoint key {path} is empty",
-                              hint="restart it: lnk agent start")
+        raise AgentNotRunning(
+            f"the agent's endpoint key {path} is empty", hint="restart it: lnk agent start"
+        )
     return key
 
 
 def _not_running(port: int, why: object) -> AgentNotRunning:
-    return AgentNotRunning(f"the agent does not answer on 127.0.0.1:{port} ({why})",
-                           hint="start it with: lnk agent start")
+    return AgentNotRunning(
+        f"the agent does not answer on 127.0.0.1:{port} ({why})",
+        hint="start it with: lnk agent start",
+    )
 
 
 def _refused(port: int, why: str) -> Refused:
-    return Refused(f"something else answers on port {port}; it could not prove it holds "
-                   f"the agent's key ({why})",
-                   hint="stop the program holding the port, then restart the agent: "
-                        "lnk agent stop && lnk agent start")
+    return Refused(
+        f"something else answers on port {port}; it could not prove it holds "
+        f"the agent's key ({why})",
+        hint="stop the program holding the port, then restart the agent: "
+        "lnk agent stop && lnk agent start",
+    )
 
 
 def _read_json(resp: http.client.HTTPResponse) -> Any:
@@ -53,8 +60,13 @@ def _read_json(resp: http.client.HTTPResponse) -> Any:
     return json.loads(raw)
 
 
-def _request(conn: http.client.HTTPConnection, method: str, path: str,
-             body: dict[str, Any] | None, headers: dict[str, str]) -> tuple[int, Any]:
+def _request(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    headers: dict[str, str],
+) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     hdrs = dict(headers)
     if data is not None:
@@ -68,8 +80,9 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str,
     return resp.status, parsed
 
 
-def call(port: int, key: bytes, method: str, path: str, body: dict[str, Any] | None,
-         timeout: float) -> Any:
+def call(
+    port: int, key: bytes, method: str, path: str, body: dict[str, Any] | None, timeout: float
+) -> Any:
     """One proved request: the proof, then (only if it verifies) the keyed request."""
     from lnk.bridges.proof import new_challenge, verify_endpoint_proof
 
@@ -77,8 +90,13 @@ def call(port: int, key: bytes, method: str, path: str, body: dict[str, Any] | N
     try:
         challenge = new_challenge()
         try:
-            status, answer = _request(conn, "POST", "/_link/proof",
-                                      {"challenge": base64.b64encode(challenge).decode()}, {})
+            status, answer = _request(
+                conn,
+                "POST",
+                "/_link/proof",
+                {"challenge": base64.b64encode(challenge).decode()},
+                {},
+            )
         except (ConnectionRefusedError, TimeoutError) as e:
             raise _not_running(port, e) from e
         except (http.client.HTTPException, OSError) as e:
@@ -95,9 +113,10 @@ def call(port: int, key: bytes, method: str, path: str, body: dict[str, Any] | N
         try:
             status, answer = _request(conn, method, path, body, auth)
         except TimeoutError as e:
-            raise TransportError(f"the agent on port {port} took longer than {timeout}s "
-                                 "to answer", hint="its turn goes on; the answer is kept "
-                                 "in the conversation") from e
+            raise TransportError(
+                f"the agent on port {port} took longer than {timeout}s to answer",
+                hint="its turn goes on; the answer is kept in the conversation",
+            ) from e
         except (http.client.HTTPException, OSError) as e:
             raise _not_running(port, f"the connection broke: {e}") from e
     finally:
@@ -116,8 +135,14 @@ def call(port: int, key: bytes, method: str, path: str, body: dict[str, Any] | N
     raise LnkError(text, hint=hint)
 
 
-def send_message(port: int, key: bytes, thread: str, text: str, timeout: float = 300.0,
-                 message_id: str | None = None) -> str:
+def send_message(
+    port: int,
+    key: bytes,
+    thread: str,
+    text: str,
+    timeout: float = 300.0,
+    message_id: str | None = None,
+) -> str:
     """Send one message to the agent on its endpoint and return its answer's text.
 
     With ``message_id``, sending the same message again returns the same answer.

@@ -43,8 +43,10 @@ class OfflineModel:
     """Answers ``[<name>] you said: <text> (message N in <thread>)``."""
 
     def answer(self, turn: Turn) -> str:
-        return (f"[{turn.agent_name}] you said: {turn.text} "
-                f"(message {turn.messages_so_far} in {turn.thread})")
+        return (
+            f"[{turn.agent_name}] you said: {turn.text} "
+            f"(message {turn.messages_so_far} in {turn.thread})"
+        )
 
 
 class OpenAIModel:
@@ -52,8 +54,10 @@ class OpenAIModel:
 
     def __init__(self, base_url: str, name: str, key: str | None, timeout: float = 120.0) -> None:
         if not base_url.startswith(("http://", "https://")):
-            raise InvalidInput(f"the model's base_url {base_url!r} is not an http(s) URL",
-                               hint="set [model] base_url, e.g. http://127.0.0.1:8080/v1")
+            raise InvalidInput(
+                f"the model's base_url {base_url!r} is not an http(s) URL",
+                hint="set [model] base_url, e.g. http://127.0.0.1:8080/v1",
+            )
         if not name:
             raise InvalidInput("the model's name is empty", hint="set [model] name")
         self.url = chat_completions_url(base_url)
@@ -62,9 +66,13 @@ class OpenAIModel:
         self.timeout = timeout
 
     def messages(self, turn: Turn) -> list[dict[str, str]]:
-        out = [{"role": "system",
+        out = [
+            {
+                "role": "system",
                 "content": f"You are {turn.agent_name}, an agent answering its owner "
-                           f"in the conversation {turn.thread}."}]
+                f"in the conversation {turn.thread}.",
+            }
+        ]
         for ev in turn.history[-HISTORY_TURNS:]:
             kind = ev.get("type")
             if kind == "message":
@@ -85,21 +93,24 @@ class OpenAIModel:
                 raw = resp.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as e:
             detail = e.read(2000).decode("utf-8", "replace")
-            raise TransportError(f"the model at {self.url} answered HTTP {e.code}: {detail}",
-                                 hint="check [model] base_url, name and the key's variable "
-                                      "in the agent's settings") from e
+            raise TransportError(
+                f"the model at {self.url} answered HTTP {e.code}: {detail}",
+                hint="check [model] base_url, name and the key's variable in the agent's settings",
+            ) from e
         except (urllib.error.URLError, OSError) as e:
-            raise TransportError(f"the model at {self.url} could not be reached: {e}",
-                                 hint="is the model server running, and reachable from "
-                                      "the agent's sandbox?") from e
+            raise TransportError(
+                f"the model at {self.url} could not be reached: {e}",
+                hint="is the model server running, and reachable from the agent's sandbox?",
+            ) from e
         if len(raw) > MAX_ANSWER_BYTES:
             raise TransportError(f"the model at {self.url} sent more than {MAX_ANSWER_BYTES} bytes")
         try:
             data = json.loads(raw)
             content = data["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise TransportError(f"the model at {self.url} sent an answer that is not a chat "
-                                 f"completion: {e}") from e
+            raise TransportError(
+                f"the model at {self.url} sent an answer that is not a chat completion: {e}"
+            ) from e
         if not isinstance(content, str):
             raise TransportError(f"the model at {self.url} sent a non-text answer")
         return content
@@ -122,7 +133,9 @@ def make_model(model: dict[str, Any], environ: dict[str, str] | None = None) -> 
         return OfflineModel()
     if provider == "openai":
         key_env = str(model.get("key_env") or "OPENAI_API_KEY")
-        return OpenAIModel(str(model.get("base_url", "")), str(model.get("name", "")),
-                           env.get(key_env))
-    raise InvalidInput(f"unknown model provider {provider!r}",
-                       hint="[model] provider is 'offline' or 'openai'")
+        return OpenAIModel(
+            str(model.get("base_url", "")), str(model.get("name", "")), env.get(key_env)
+        )
+    raise InvalidInput(
+        f"unknown model provider {provider!r}", hint="[model] provider is 'offline' or 'openai'"
+    )

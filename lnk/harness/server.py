@@ -65,8 +65,9 @@ def read_key_file(path: Path) -> bytes:
     with open(path, "rb") as f:
         key = f.read(1024)
     if not key:
-        raise InvalidInput(f"the endpoint key file {path} is empty",
-                           hint="restart the agent: lnk agent start")
+        raise InvalidInput(
+            f"the endpoint key file {path} is empty", hint="restart the agent: lnk agent start"
+        )
     return key
 
 
@@ -111,8 +112,10 @@ class Handler(BaseHTTPRequestHandler):
             length = -1
         if length < 0 or length > MAX_BODY:
             self.close_connection = True
-            self._error(413 if length > MAX_BODY else 400, "the request body is too large "
-                        "or has no valid length")
+            self._error(
+                413 if length > MAX_BODY else 400,
+                "the request body is too large or has no valid length",
+            )
             return None
         raw = self.rfile.read(length)
         try:
@@ -135,8 +138,11 @@ class Handler(BaseHTTPRequestHandler):
             except (binascii.Error, ValueError):
                 ok = False
         if not ok:
-            self._error(401, "the endpoint key is missing or wrong",
-                        hint="restarting the agent makes a new key: read it again")
+            self._error(
+                401,
+                "the endpoint key is missing or wrong",
+                hint="restarting the agent makes a new key: read it again",
+            )
         return ok
 
     # -- routes --------------------------------------------------------------
@@ -147,8 +153,16 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         cfg: HarnessConfig = self.server.lnk_config
-        self._send(200, {"id": cfg.id, "owner": cfg.owner, "name": cfg.name,
-                         "sandboxed": cfg.sandboxed, "pid": os.getpid()})
+        self._send(
+            200,
+            {
+                "id": cfg.id,
+                "owner": cfg.owner,
+                "name": cfg.name,
+                "sandboxed": cfg.sandboxed,
+                "pid": os.getpid(),
+            },
+        )
 
     def do_POST(self) -> None:
         if self.path == "/_link/proof":
@@ -188,8 +202,9 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, "thread and text must be strings")
             return
         message_id = body.get("message_id")
-        if message_id is not None and (not isinstance(message_id, str) or not message_id
-                                       or len(message_id) > 100):
+        if message_id is not None and (
+            not isinstance(message_id, str) or not message_id or len(message_id) > 100
+        ):
             self._error(400, "message_id must be a short string")
             return
         convs: Conversations = self.server.lnk_conversations
@@ -222,14 +237,18 @@ class TCPHarnessServer(HarnessState, ThreadingHTTPServer):
         self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
 
 
-class UnixHarnessServer(HarnessState, socketserver.ThreadingMixIn,
-                        socketserver.UnixStreamServer):
+class UnixHarnessServer(HarnessState, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-def make_server(config: HarnessConfig, key: bytes, *, port: int | None = None,
-                unix: Path | None = None,
-                host: str = "127.0.0.1") -> TCPHarnessServer | UnixHarnessServer:
+def make_server(
+    config: HarnessConfig,
+    key: bytes,
+    *,
+    port: int | None = None,
+    unix: Path | None = None,
+    host: str = "127.0.0.1",
+) -> TCPHarnessServer | UnixHarnessServer:
     store = open_agent_store(Path(config.chats), config.store, config.lapse_s)
     convs = Conversations(store, config.name, make_model(config.model), renew_s=config.renew_s)
     server: TCPHarnessServer | UnixHarnessServer

@@ -59,8 +59,16 @@ class Busy(Refused):
 
 
 class Conversations:
-    def __init__(self, store: Store, agent_name: str, model: Model, *, renew_s: float,
-                 holder: str | None = None, wait_s: float | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        agent_name: str,
+        model: Model,
+        *,
+        renew_s: float,
+        holder: str | None = None,
+        wait_s: float | None = None,
+    ) -> None:
         self.store = store
         self.agent_name = agent_name
         self.model = model
@@ -91,8 +99,10 @@ class Conversations:
             if lease is not None:
                 break
             if time.monotonic() > deadline:
-                raise Busy(f"the conversation {cid.name} is in another process's turn",
-                           hint="send again when that turn has answered")
+                raise Busy(
+                    f"the conversation {cid.name} is in another process's turn",
+                    hint="send again when that turn has answered",
+                )
             time.sleep(POLL_S)
         stop = threading.Event()
 
@@ -101,8 +111,7 @@ class Conversations:
                 try:
                     self.store.renew_lease(cid, self.holder)
                 except Exception as e:  # keep renewing; the log shows why one failed
-                    print(f"lnk harness: renewing the turn of {cid.name} failed: {e}",
-                          flush=True)
+                    print(f"lnk harness: renewing the turn of {cid.name} failed: {e}", flush=True)
 
         renewer = threading.Thread(target=renew, name=f"renew {cid.name}", daemon=True)
         renewer.start()
@@ -113,8 +122,9 @@ class Conversations:
             renewer.join()
             self.store.release_lease(cid, self.holder)
 
-    def handle(self, thread: str, text: str, sender: str = "owner",
-               message_id: str | None = None) -> dict[str, Any]:
+    def handle(
+        self, thread: str, text: str, sender: str = "owner", message_id: str | None = None
+    ) -> dict[str, Any]:
         """Take one message in and answer it: ``{"text", "thread", "message", "number"}``.
 
         A message whose ID was answered already gets that answer again, with no new
@@ -131,14 +141,21 @@ class Conversations:
                     prior = self._answered(cid, message_id)
                     if prior is not None:
                         return prior
-                data: dict[str, Any] = {"type": "message", "from": sender, "text": text,
-                                        "at": iso_now()}
+                data: dict[str, Any] = {
+                    "type": "message",
+                    "from": sender,
+                    "text": text,
+                    "at": iso_now(),
+                }
                 if message_id is not None:
                     data["id"] = message_id
                 msg_n = append_event(store=self.store, cid=cid, data=data)
                 answer = self._answer(cid, text, msg_n)
-                ans_n = append_event(self.store, cid, {
-                    "type": "answer", "text": answer, "reply_to": msg_n, "at": iso_now()})
+                ans_n = append_event(
+                    self.store,
+                    cid,
+                    {"type": "answer", "text": answer, "reply_to": msg_n, "at": iso_now()},
+                )
             return {"thread": thread, "text": answer, "message": msg_n, "number": ans_n}
         finally:
             with self._idle:
@@ -152,17 +169,28 @@ class Conversations:
         for ev in self.store.iter_events(cid, max(1, last - DEDUP_WINDOW), last + 1):
             if ev.data.get("type") == "message" and ev.data.get("id") == message_id:
                 msg_n = ev.number
-            elif msg_n is not None and ev.data.get("type") == "answer" \
-                    and ev.data.get("reply_to") == msg_n:
-                return {"thread": cid.name, "text": ev.data.get("text", ""), "message": msg_n,
-                        "number": ev.number, "repeated": True}
+            elif (
+                msg_n is not None
+                and ev.data.get("type") == "answer"
+                and ev.data.get("reply_to") == msg_n
+            ):
+                return {
+                    "thread": cid.name,
+                    "text": ev.data.get("text", ""),
+                    "message": msg_n,
+                    "number": ev.number,
+                    "repeated": True,
+                }
         return None
 
     def _answer(self, cid: CollectionId, text: str, msg_n: int) -> str:
         first = max(1, msg_n - HISTORY_TURNS)
         history = [ev.data for ev in self.store.iter_events(cid, first, msg_n)]
-        count = sum(1 for ev in self.store.iter_events(cid, 1, msg_n + 1)
-                    if ev.data.get("type") == "message")
+        count = sum(
+            1
+            for ev in self.store.iter_events(cid, 1, msg_n + 1)
+            if ev.data.get("type") == "message"
+        )
         return self.model.answer(Turn(self.agent_name, cid.name, history, text, count))
 
     def finish_crashed_turn(self, cid: CollectionId) -> list[int]:
@@ -185,19 +213,43 @@ class Conversations:
                 open_calls.pop(str(ev.data.get("call_id")), None)
         written = []
         for call_id, call in open_calls.items():
-            written.append(append_event(self.store, cid, {
-                "type": "tool_result", "call_id": call_id, "tool": call.get("tool"),
-                "made": False, "text": NOT_MADE, "at": iso_now()}))
+            written.append(
+                append_event(
+                    self.store,
+                    cid,
+                    {
+                        "type": "tool_result",
+                        "call_id": call_id,
+                        "tool": call.get("tool"),
+                        "made": False,
+                        "text": NOT_MADE,
+                        "at": iso_now(),
+                    },
+                )
+            )
         if pending is not None:
             num, text = pending
             try:
                 answer = self._answer(cid, text, num)
             except LnkError as e:
                 answer = f"(the turn that took this message in stopped; answering failed: {e})"
-            written.append(append_event(self.store, cid, {
-                "type": "answer", "text": answer, "reply_to": num, "recovered": True,
-                "at": iso_now()}))
+            written.append(
+                append_event(
+                    self.store,
+                    cid,
+                    {
+                        "type": "answer",
+                        "text": answer,
+                        "reply_to": num,
+                        "recovered": True,
+                        "at": iso_now(),
+                    },
+                )
+            )
         if written:
-            print(f"lnk harness: finished a crashed turn in {cid.name}: "
-                  f"{len(open_calls)} tool call(s) answered as not made", flush=True)
+            print(
+                f"lnk harness: finished a crashed turn in {cid.name}: "
+                f"{len(open_calls)} tool call(s) answered as not made",
+                flush=True,
+            )
         return written

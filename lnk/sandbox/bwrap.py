@@ -46,17 +46,20 @@ RO_AGENT_DIRS = ("instructions", "skills")
 
 _probed: set[str] = set()
 
-FIX_HINT = ("install bubblewrap (apt-get install bubblewrap); on Ubuntu 24.04 and later "
-            "also allow it user namespaces with an AppArmor profile for bwrap; or, on a "
-            "machine you trust, start the agent with --no-sandbox")
+FIX_HINT = (
+    "install bubblewrap (apt-get install bubblewrap); on Ubuntu 24.04 and later "
+    "also allow it user namespaces with an AppArmor profile for bwrap; or, on a "
+    "machine you trust, start the agent with --no-sandbox"
+)
 
 
 def find_bwrap(path: str | None = None) -> str:
     """The bwrap program on ``path`` (default: $PATH), or SandboxUnavailable."""
     found = shutil.which("bwrap", path=path if path is not None else os.environ.get("PATH"))
     if not found:
-        raise SandboxUnavailable("bubblewrap (bwrap) is not installed: the agent's sandbox "
-                                 "can't be made", hint=FIX_HINT)
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed: the agent's sandbox can't be made", hint=FIX_HINT
+        )
     return found
 
 
@@ -70,15 +73,19 @@ def check_bwrap(path: str | None = None) -> str:
     if bwrap in _probed:
         return bwrap
     try:
-        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all",
-                               "--die-with-parent", "true"],
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        proc = subprocess.run(
+            [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError) as e:
         raise SandboxUnavailable(f"bubblewrap ({bwrap}) can't run: {e}", hint=FIX_HINT) from e
     if proc.returncode != 0:
         why = proc.stderr.decode("utf-8", "replace").strip()[:500] or f"exit {proc.returncode}"
-        raise SandboxUnavailable(f"bubblewrap ({bwrap}) can't make a sandbox here: {why}",
-                                 hint=FIX_HINT)
+        raise SandboxUnavailable(
+            f"bubblewrap ({bwrap}) can't make a sandbox here: {why}", hint=FIX_HINT
+        )
     _probed.add(bwrap)
     return bwrap
 
@@ -93,8 +100,13 @@ def python_paths() -> list[str]:
 
     pkg_parent = str(Path(lnk.__file__).resolve().parent.parent)
     out: list[str] = []
-    for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix),
-              os.path.realpath(sys.base_prefix), pkg_parent):
+    for p in (
+        sys.prefix,
+        sys.base_prefix,
+        os.path.realpath(sys.prefix),
+        os.path.realpath(sys.base_prefix),
+        pkg_parent,
+    ):
         if p and os.path.isdir(p) and not _under(p, ["/usr", *out]):
             out.append(p)
     return out
@@ -116,8 +128,14 @@ def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
-def bwrap_argv(agent: Agent, inner_cmd: list[str], *, bwrap: str = "bwrap",
-               env: dict[str, str] | None = None, runtime: bool = True) -> list[str]:
+def bwrap_argv(
+    agent: Agent,
+    inner_cmd: list[str],
+    *,
+    bwrap: str = "bwrap",
+    env: dict[str, str] | None = None,
+    runtime: bool = True,
+) -> list[str]:
     """The full command that runs ``inner_cmd`` in the agent's sandbox.
 
     ``env`` adds variables to the few the sandbox sets.  ``runtime`` binds the
@@ -127,8 +145,7 @@ def bwrap_argv(agent: Agent, inner_cmd: list[str], *, bwrap: str = "bwrap",
     if not inner_cmd or inner_cmd[0].startswith("-"):
         raise ValueError("the sandboxed command must be a program and its arguments")
     folders = agent.folders
-    a: list[str] = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
-                    "--clearenv"]
+    a: list[str] = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     # the system, read-only, on a fresh tmpfs root
     a += ["--ro-bind", "/usr", "/usr"]
     for p in SYSTEM_LINKS:
@@ -136,8 +153,19 @@ def bwrap_argv(agent: Agent, inner_cmd: list[str], *, bwrap: str = "bwrap",
             a += ["--symlink", os.readlink(p), p]
         elif os.path.isdir(p):
             a += ["--ro-bind", p, p]
-    a += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev",
-          "--tmpfs", "/tmp", "--dir", "/var/tmp"]
+    a += [
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--dir",
+        "/var/tmp",
+    ]
     for p in python_paths():
         a += ["--ro-bind", p, p]
     # the agent's folders (after /tmp's tmpfs: a HOME under /tmp stays reachable)
@@ -148,10 +176,19 @@ def bwrap_argv(agent: Agent, inner_cmd: list[str], *, bwrap: str = "bwrap",
         a += ["--ro-bind", str(folders.agent / d), str(folders.agent / d)]
     a += ["--ro-bind", str(folders.config), str(folders.config)]
     if runtime:
-        a += ["--dir", RUN_DIR,
-              "--ro-bind", str(agent.runtime / "key"), KEY_PATH,
-              "--ro-bind", str(agent.runtime / "harness.json"), CONFIG_PATH,
-              "--bind", str(agent.net), NET_DIR]
+        a += [
+            "--dir",
+            RUN_DIR,
+            "--ro-bind",
+            str(agent.runtime / "key"),
+            KEY_PATH,
+            "--ro-bind",
+            str(agent.runtime / "harness.json"),
+            CONFIG_PATH,
+            "--bind",
+            str(agent.net),
+            NET_DIR,
+        ]
     for k, v in sandbox_env(agent, env).items():
         a += ["--setenv", k, v]
     a += ["--chdir", str(folders.home)]

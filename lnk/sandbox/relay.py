@@ -42,8 +42,9 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
 
 
 class TcpToUnixRelay:
-    def __init__(self, port: int, unix_path: Path, *, host: str = "127.0.0.1",
-                 max_connections: int = 64) -> None:
+    def __init__(
+        self, port: int, unix_path: Path, *, host: str = "127.0.0.1", max_connections: int = 64
+    ) -> None:
         self.host = host
         self.port = port
         self.unix_path = unix_path
@@ -62,12 +63,12 @@ class TcpToUnixRelay:
             raise PortsUnavailable(
                 f"the agent's endpoint port {self.host}:{self.port} is taken ({e})",
                 hint="stop the program holding it, or restart the agent so it moves "
-                     "to a free block: lnk agent start") from e
+                "to a free block: lnk agent start",
+            ) from e
         ls.listen(64)
         self.port = ls.getsockname()[1]
         self._listener = ls
-        self._thread = threading.Thread(target=self._accept_loop, name="relay accept",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._accept_loop, name="relay accept", daemon=True)
         self._thread.start()
 
     def _accept_loop(self) -> None:
@@ -81,8 +82,9 @@ class TcpToUnixRelay:
             if not self._slots.acquire(blocking=False):
                 client.close()  # too many at once: refuse rather than queue unbounded
                 continue
-            threading.Thread(target=self._carry, args=(client,), name="relay conn",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._carry, args=(client,), name="relay conn", daemon=True
+            ).start()
 
     def _carry(self, client: socket.socket) -> None:
         inner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

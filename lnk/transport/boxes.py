@@ -11,7 +11,7 @@
 format; when lnk is missing there, older than this one or of another format,
 it sends a wheel of the running lnk over the leg and installs it with
 ``python3 -m pip install --user``.  The two ends of a move must share the
-stream format (``lnk.STREAM_FORMAT``), not the version: a dev build has none.
+stream format (``STREAM_FORMAT``), not the version: a dev build has none.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import lnk
 from lnk.agents.layout import Machine
 from lnk.agents.settings import check_name
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused, TransportError
+from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.transport.legs import Leg, LocalLeg, SshLeg
 
 USER_LNK = "$HOME/.local/bin/lnk"
@@ -61,8 +62,11 @@ class Box:
         return f"local:{self.local}" if self.local is not None else str(self.destination)
 
     def as_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"name": self.name, "kind": "local" if self.local else "ssh",
-                                "where": self.where}
+        d: dict[str, object] = {
+            "name": self.name,
+            "kind": "local" if self.local else "ssh",
+            "where": self.where,
+        }
         if self.remote_lnk:
             d["remote_lnk"] = self.remote_lnk
         return d
@@ -80,12 +84,15 @@ class AddReport:
         if self.action == "found":
             return f"box {self.box.name} answers: {now}"
         if self.action == "upgraded" and self.before:
-            return (f"box {self.box.name}: upgraded lnk {self.before.get('version')} "
-                    f"(stream format {self.before.get('stream_format')}) to {now}")
+            return (
+                f"box {self.box.name}: upgraded lnk {self.before.get('version')} "
+                f"(stream format {self.before.get('stream_format')}) to {now}"
+            )
         return f"box {self.box.name}: installed {now}"
 
 
 # --- the registry ----------------------------------------------------------
+
 
 def registry_path() -> Path:
     return Machine.current().config_dir / "boxes.toml"
@@ -99,8 +106,10 @@ def _load() -> dict[str, dict[str, str]]:
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as e:
-        raise InvalidInput(f"{path} is not valid TOML: {e}",
-                           hint="fix or remove the file, then add the boxes again") from e
+        raise InvalidInput(
+            f"{path} is not valid TOML: {e}",
+            hint="fix or remove the file, then add the boxes again",
+        ) from e
     boxes = data.get("boxes", {})
     if not isinstance(boxes, dict):
         raise InvalidInput(f"{path}: [boxes] must be a table", hint="fix or remove the file")
@@ -123,8 +132,12 @@ def _save(boxes: dict[str, dict[str, str]]) -> None:
 
 def _box(name: str, entry: dict[str, str]) -> Box:
     local = entry.get("local")
-    return Box(name=name, destination=entry.get("destination"),
-               local=Path(local) if local else None, remote_lnk=entry.get("remote_lnk"))
+    return Box(
+        name=name,
+        destination=entry.get("destination"),
+        local=Path(local) if local else None,
+        remote_lnk=entry.get("remote_lnk"),
+    )
 
 
 def list_boxes() -> builtins.list[Box]:
@@ -134,8 +147,10 @@ def list_boxes() -> builtins.list[Box]:
 def get(name: str) -> Box:
     entry = _load().get(check_name(name))
     if entry is None:
-        raise NotFound(f"there is no box named {name!r}",
-                       hint="see lnk box list, or add it with lnk box add NAME DEST")
+        raise NotFound(
+            f"there is no box named {name!r}",
+            hint="see lnk box list, or add it with lnk box add NAME DEST",
+        )
     return _box(name, entry)
 
 
@@ -148,17 +163,26 @@ def remove(name: str) -> Box:
     return box
 
 
-def add(name: str, destination: str | None = None, local_dir: Path | str | None = None,
-        *, install: bool = True) -> AddReport:
+def add(
+    name: str,
+    destination: str | None = None,
+    local_dir: Path | str | None = None,
+    *,
+    install: bool = True,
+) -> AddReport:
     """Register a box after checking it answers (and installing lnk there if needed)."""
     check_name(name)
     if (destination is None) == (local_dir is None):
-        raise InvalidInput("a box is either an SSH destination or a local directory",
-                           hint="lnk box add NAME DEST, or lnk box add NAME --local DIR")
+        raise InvalidInput(
+            "a box is either an SSH destination or a local directory",
+            hint="lnk box add NAME DEST, or lnk box add NAME --local DIR",
+        )
     boxes = _load()
     if name in boxes:
-        raise AlreadyExists(f"there is already a box named {name!r} ({_box(name, boxes[name]).where})",
-                            hint=f"remove it first with lnk box remove {name}")
+        raise AlreadyExists(
+            f"there is already a box named {name!r} ({_box(name, boxes[name]).where})",
+            hint=f"remove it first with lnk box remove {name}",
+        )
     if local_dir is not None:
         path = Path(local_dir).expanduser().absolute()
         path.mkdir(parents=True, exist_ok=True)
@@ -168,8 +192,11 @@ def add(name: str, destination: str | None = None, local_dir: Path | str | None 
     else:
         assert destination is not None
         report = _add_ssh(Box(name=name, destination=destination), install)
-    entry = {"local": str(report.box.local)} if report.box.local else {
-        "destination": str(report.box.destination)}
+    entry = (
+        {"local": str(report.box.local)}
+        if report.box.local
+        else {"destination": str(report.box.destination)}
+    )
     if report.box.remote_lnk:
         entry["remote_lnk"] = report.box.remote_lnk
     boxes[name] = entry
@@ -178,6 +205,7 @@ def add(name: str, destination: str | None = None, local_dir: Path | str | None 
 
 
 # --- versions --------------------------------------------------------------
+
 
 def remote_info(leg: Leg) -> dict[str, object]:
     """``{"version": ..., "stream_format": ...}`` of the lnk at a leg.
@@ -197,9 +225,10 @@ def remote_info(leg: Leg) -> dict[str, object]:
     r = leg.run(["--version"])
     m = re.search(r"version\s+(\S+)", r.stdout.decode("utf-8", "replace"))
     if not m:
-        raise TransportError(f"{leg.name} does not run lnk: 'lnk --version' said "
-                             f"{r.stdout[:200]!r}",
-                             hint="set LNK_REMOTE_LNK to the lnk program there")
+        raise TransportError(
+            f"{leg.name} does not run lnk: 'lnk --version' said {r.stdout[:200]!r}",
+            hint="set LNK_REMOTE_LNK to the lnk program there",
+        )
     return {"version": m.group(1), "stream_format": None}
 
 
@@ -217,7 +246,7 @@ def needs_install(info: dict[str, object] | None) -> bool:
     """Missing, older, or of another stream format (a dev build of the same version)."""
     if info is None:
         return True
-    if info.get("stream_format") != lnk.STREAM_FORMAT:
+    if info.get("stream_format") != STREAM_FORMAT:
         return True
     return version_tuple(str(info["version"])) < version_tuple(lnk.__version__)
 
@@ -243,16 +272,22 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
     if not needs_install(before):
         assert before is not None
         return AddReport(box, "found", before, before)
-    if before is not None and before.get("stream_format") not in (None, lnk.STREAM_FORMAT) \
-            and version_tuple(str(before["version"])) > version_tuple(lnk.__version__):
+    if (
+        before is not None
+        and before.get("stream_format") not in (None, STREAM_FORMAT)
+        and version_tuple(str(before["version"])) > version_tuple(lnk.__version__)
+    ):
         raise Refused(
             f"box {box.name} runs lnk {before['version']} (stream format "
             f"{before['stream_format']}), newer than this lnk {lnk.__version__} "
-            f"(stream format {lnk.STREAM_FORMAT})",
-            hint="upgrade lnk on this computer, then add the box again")
+            f"(stream format {STREAM_FORMAT})",
+            hint="upgrade lnk on this computer, then add the box again",
+        )
     if not install:
-        raise TransportError(f"box {box.name} needs lnk {lnk.__version__} installed",
-                             hint="add it again without --no-install")
+        raise TransportError(
+            f"box {box.name} needs lnk {lnk.__version__} installed",
+            hint="add it again without --no-install",
+        )
     install_wheel(leg, build_wheel())
     after = _probe(leg)
     if (after is None or needs_install(after)) and "LNK_REMOTE_LNK" not in os.environ:
@@ -263,11 +298,13 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
         raise TransportError(
             f"installed lnk {lnk.__version__} on box {box.name}, but it still answers "
             f"{after or 'nothing'}",
-            hint="check PATH there, or set LNK_REMOTE_LNK to the installed lnk")
+            hint="check PATH there, or set LNK_REMOTE_LNK to the installed lnk",
+        )
     return AddReport(box, "installed" if before is None else "upgraded", before, after)
 
 
 # --- installing lnk on a box -------------------------------------------------
+
 
 def _b64(digest: bytes) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
@@ -284,14 +321,21 @@ def _package_files() -> builtins.list[tuple[str, Path]]:
 
 
 def _metadata_text() -> str:
-    lines = ["Metadata-Version: 2.1", "Name: lnk", f"Version: {lnk.__version__}",
-             "Summary: Carry AI agents' state between machines and into and out of buckets"]
+    lines = [
+        "Metadata-Version: 2.1",
+        "Name: lnk",
+        f"Version: {lnk.__version__}",
+        "Summary: Carry AI agents' state between machines and into and out of buckets",
+    ]
     try:
         meta = metadata.metadata("lnk")
         if meta["Requires-Python"]:
             lines.append(f"Requires-Python: {meta['Requires-Python']}")
-        lines += [f"Requires-Dist: {r}" for r in (meta.get_all("Requires-Dist") or [])
-                  if "extra ==" not in r]
+        lines += [
+            f"Requires-Dist: {r}"
+            for r in (meta.get_all("Requires-Dist") or [])
+            if "extra ==" not in r
+        ]
     except metadata.PackageNotFoundError:
         pass
     return "\n".join(lines) + "\n"
@@ -321,7 +365,7 @@ def build_wheel() -> Path:
     extra = {
         f"{dist}/METADATA": meta,
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: lnk\nRoot-Is-Purelib: true\n"
-                         "Tag: py3-none-any\n",
+        "Tag: py3-none-any\n",
         f"{dist}/entry_points.txt": "[console_scripts]\nlnk = lnk.cli.main:main\n",
     }
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
@@ -355,13 +399,15 @@ def build_wheel() -> Path:
 def install_script(wheel_name: str) -> str:
     """The shell line run on the box: wheel on stdin, pip install --user."""
     w = shlex.quote(wheel_name)
-    pip = ("PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
-           "python3 -m pip install --user --quiet")
+    pip = (
+        "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
+        "python3 -m pip install --user --quiet"
+    )
     return (
         'command -v python3 >/dev/null || { echo "python3 is not installed" >&2; exit 90; }; '
         'python3 -m pip --version >/dev/null 2>&1 || { echo "pip is not installed" >&2; exit 91; }; '
         'd=$(mktemp -d "${TMPDIR:-/tmp}/lnk-install.XXXXXX") || exit 92; '
-        'trap \'rm -rf "$d"\' EXIT; '
+        "trap 'rm -rf \"$d\"' EXIT; "
         f'cat > "$d"/{w} && '
         f'{pip} --force-reinstall --no-deps "$d"/{w} && {pip} "$d"/{w}'
     )
@@ -376,13 +422,18 @@ def install_wheel(leg: Leg, wheel: Path) -> None:
     err = r.stderr.decode("utf-8", "replace")
     if r.returncode == 255:
         leg.check(r.returncode, err)
-    need = {90: "install python3 (3.11 or later) on it",
-            91: "install pip there (e.g. apt-get install python3-pip)"}
+    need = {
+        90: "install python3 (3.11 or later) on it",
+        91: "install pip there (e.g. apt-get install python3-pip)",
+    }
     lines = [ln for ln in err.splitlines() if ln.strip()]
     raise TransportError(
         f"installing lnk on {leg.name} failed: {lines[-1] if lines else f'exit {r.returncode}'}",
-        hint=need.get(r.returncode, "run 'python3 -m pip install --user lnk' there by hand, "
-                      "or set LNK_REMOTE_LNK"))
+        hint=need.get(
+            r.returncode,
+            "run 'python3 -m pip install --user lnk' there by hand, or set LNK_REMOTE_LNK",
+        ),
+    )
 
 
 list = list_boxes  # the registry's verbs: add, list, get, remove (boxes.list())

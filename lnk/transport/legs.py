@@ -72,9 +72,9 @@ def _remote_error(where: str, code: int, stderr: str) -> LnkError:
     message = hint = None
     for line in stderr.splitlines():
         if line.startswith("lnk: error: "):
-            message = line[len("lnk: error: "):].strip()
+            message = line[len("lnk: error: ") :].strip()
         elif line.startswith("lnk: hint: "):
-            hint = line[len("lnk: hint: "):].strip()
+            hint = line[len("lnk: hint: ") :].strip()
     if message is None:
         message = _last_line(stderr) or "no message"
         message = f"command failed with exit code {code}: {message}"
@@ -91,14 +91,22 @@ class LegProcess:
     full pipe, and memory stays bounded); :meth:`wait` reads only its tail.
     """
 
-    def __init__(self, leg: Leg, args: list[str], argv: list[str], env: dict[str, str] | None,
-                 stdin: IO[Any] | int | None, stdout: Stdout) -> None:
+    def __init__(
+        self,
+        leg: Leg,
+        args: list[str],
+        argv: list[str],
+        env: dict[str, str] | None,
+        stdin: IO[Any] | int | None,
+        stdout: Stdout,
+    ) -> None:
         self.leg = leg
         self.args = args
         self._errfile = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         try:
-            self.proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout,
-                                         stderr=self._errfile)
+            self.proc = subprocess.Popen(
+                argv, env=env, stdin=stdin, stdout=stdout, stderr=self._errfile
+            )
         except FileNotFoundError as e:
             self._errfile.close()
             raise leg.launch_failed(argv[0]) from e
@@ -182,12 +190,15 @@ class Leg:
             raise _remote_error(self.name, code, stderr)
 
     def launch_failed(self, program: str) -> LnkError:
-        return TransportError(f"cannot reach {self.name}: {program!r} was not found",
-                              hint="install it or put it on PATH")
+        return TransportError(
+            f"cannot reach {self.name}: {program!r} was not found",
+            hint="install it or put it on PATH",
+        )
 
     # --- the interface ------------------------------------------------
-    def run(self, args: Sequence[str], stdin: Stdin = None, capture: bool = True,
-            check: bool = True) -> LegResult:
+    def run(
+        self, args: Sequence[str], stdin: Stdin = None, capture: bool = True, check: bool = True
+    ) -> LegResult:
         """Run ``lnk ARGS`` there and wait.
 
         ``stdin`` is bytes, a file or None (nothing).  With ``capture`` stdout
@@ -197,36 +208,50 @@ class Leg:
         """
         return self._run(self.argv(args), list(args), stdin, capture, check)
 
-    def run_shell(self, script: str, stdin: Stdin = None, capture: bool = True,
-                  check: bool = True) -> LegResult:
+    def run_shell(
+        self, script: str, stdin: Stdin = None, capture: bool = True, check: bool = True
+    ) -> LegResult:
         """Run a POSIX shell line there (installing lnk, tests)."""
         return self._run(self.shell_argv(script), [script], stdin, capture, check)
 
-    def popen(self, args: Sequence[str], stdin: Stdin = subprocess.DEVNULL,
-              stdout: Stdout = subprocess.PIPE) -> LegProcess:
+    def popen(
+        self,
+        args: Sequence[str],
+        stdin: Stdin = subprocess.DEVNULL,
+        stdout: Stdout = subprocess.PIPE,
+    ) -> LegProcess:
         """Start ``lnk ARGS`` there for streaming; stdin/stdout are PIPE, a file or fd."""
         return self._popen(self.argv(args), list(args), stdin, stdout)
 
-    def popen_shell(self, script: str, stdin: Stdin = subprocess.DEVNULL,
-                    stdout: Stdout = subprocess.PIPE) -> LegProcess:
+    def popen_shell(
+        self, script: str, stdin: Stdin = subprocess.DEVNULL, stdout: Stdout = subprocess.PIPE
+    ) -> LegProcess:
         return self._popen(self.shell_argv(script), [script], stdin, stdout)
 
     # --- plumbing -----------------------------------------------------
-    def _popen(self, argv: list[str], args: list[str], stdin: Stdin,
-               stdout: Stdout) -> LegProcess:
+    def _popen(self, argv: list[str], args: list[str], stdin: Stdin, stdout: Stdout) -> LegProcess:
         if isinstance(stdin, bytes):
             raise TypeError("popen takes a pipe or file as stdin; use run() for bytes")
         return LegProcess(self, args, argv, self.env(), stdin, stdout)
 
-    def _run(self, argv: list[str], args: list[str], stdin: Stdin, capture: bool,
-             check: bool) -> LegResult:
+    def _run(
+        self, argv: list[str], args: list[str], stdin: Stdin, capture: bool, check: bool
+    ) -> LegResult:
         data = stdin if isinstance(stdin, bytes) else None
-        pipe_in: Any = subprocess.PIPE if data is not None else (
-            subprocess.DEVNULL if stdin is None else stdin)
+        pipe_in: Any = (
+            subprocess.PIPE
+            if data is not None
+            else (subprocess.DEVNULL if stdin is None else stdin)
+        )
         out: Any = subprocess.PIPE if capture else None
         try:
-            proc = subprocess.Popen(argv, env=self.env(), stdin=pipe_in, stdout=out,
-                                    stderr=subprocess.PIPE if capture else None)
+            proc = subprocess.Popen(
+                argv,
+                env=self.env(),
+                stdin=pipe_in,
+                stdout=out,
+                stderr=subprocess.PIPE if capture else None,
+            )
         except FileNotFoundError as e:
             raise self.launch_failed(argv[0]) from e
         with proc:
@@ -272,22 +297,28 @@ def ssh_command() -> list[str]:
     try:
         cmd = shlex.split(line)
     except ValueError as e:
-        raise TransportError(f"LNK_SSH_COMMAND cannot be parsed: {e}",
-                             hint="give a command line such as 'ssh -F ~/.ssh/other_config'") from e
+        raise TransportError(
+            f"LNK_SSH_COMMAND cannot be parsed: {e}",
+            hint="give a command line such as 'ssh -F ~/.ssh/other_config'",
+        ) from e
     return cmd or ["ssh"]
 
 
 def check_destination(destination: str) -> str:
-    if (not destination or destination.startswith("-")
-            or any(c.isspace() or ord(c) < 32 for c in destination)):
+    if (
+        not destination
+        or destination.startswith("-")
+        or any(c.isspace() or ord(c) < 32 for c in destination)
+    ):
         raise InvalidInput(
             f"{destination!r} is not an SSH destination",
-            hint="give [user@]host or an alias from ~/.ssh/config (no spaces, not starting with '-')")
+            hint="give [user@]host or an alias from ~/.ssh/config (no spaces, not starting with '-')",
+        )
     return destination
 
 
 def _fault_env() -> list[str]:
-    """Tests' fault points (lnk.transport.faults) reach the box too (sshd: AcceptEnv LNK_*)."""
+    """Tests' fault points (lnk.move.faults) reach the box too (sshd: AcceptEnv LNK_*)."""
     if os.environ.get("LNK_TESTING") == "1" and os.environ.get("LNK_FAULT"):
         return ["-o", "SendEnv=LNK_FAULT", "-o", "SendEnv=LNK_TESTING"]
     return []
@@ -296,8 +327,9 @@ def _fault_env() -> list[str]:
 class SshLeg(Leg):
     """A box reached with ``ssh <destination> -- <remote lnk> ARGS``."""
 
-    def __init__(self, destination: str, remote_lnk: str | None = None,
-                 name: str | None = None) -> None:
+    def __init__(
+        self, destination: str, remote_lnk: str | None = None, name: str | None = None
+    ) -> None:
         self.destination = check_destination(destination)
         self._remote_lnk = remote_lnk
         self.name = name or destination
@@ -308,7 +340,7 @@ class SshLeg(Leg):
     @property
     def remote_lnk(self) -> str:
         """``LNK_REMOTE_LNK`` wins, then what the box registry found, then ``lnk``."""
-        return (os.environ.get("LNK_REMOTE_LNK", "").strip() or self._remote_lnk or "lnk")
+        return os.environ.get("LNK_REMOTE_LNK", "").strip() or self._remote_lnk or "lnk"
 
     def remote_command(self, args: Sequence[str]) -> str:
         return " ".join([self.remote_lnk, *(shlex.quote(a) for a in args)])
@@ -324,17 +356,20 @@ class SshLeg(Leg):
             last = _last_line(stderr) or "ssh exited with status 255"
             raise TransportError(
                 f"cannot reach box {self.name} over SSH: {last}",
-                hint=f"check that 'ssh {self.destination}' works from this computer")
+                hint=f"check that 'ssh {self.destination}' works from this computer",
+            )
         if code == 127:  # the shell found no such program
             raise TransportError(
                 f"lnk is not installed on box {self.name} ({_last_line(stderr)})",
-                hint="run 'lnk box add' again to install it, or set LNK_REMOTE_LNK")
+                hint="run 'lnk box add' again to install it, or set LNK_REMOTE_LNK",
+            )
         super().check(code, stderr)
 
     def launch_failed(self, program: str) -> LnkError:
-        return TransportError(f"cannot reach box {self.name}: the ssh program {program!r} "
-                              "was not found",
-                              hint="install OpenSSH's client, or set LNK_SSH_COMMAND")
+        return TransportError(
+            f"cannot reach box {self.name}: the ssh program {program!r} was not found",
+            hint="install OpenSSH's client, or set LNK_SSH_COMMAND",
+        )
 
 
 @dataclass
@@ -343,8 +378,14 @@ class RelayResult:
     sink_code: int
 
 
-def pipe(src: Leg, src_cmd: Sequence[str] | str, dst: Leg, dst_cmd: Sequence[str] | str, *,
-         check: bool = True) -> RelayResult:
+def pipe(
+    src: Leg,
+    src_cmd: Sequence[str] | str,
+    dst: Leg,
+    dst_cmd: Sequence[str] | str,
+    *,
+    check: bool = True,
+) -> RelayResult:
     """Stream ``src``'s stdout into ``dst``'s stdin, fd to fd, and wait for both.
 
     A command is a list (``lnk`` arguments) or a string (a shell line).  This

@@ -41,10 +41,21 @@ def test_wide_grants_are_dropped_and_named() -> None:
         "internet": {"hosts": ["api.example.com"]},
         "commands": {"allow": ["git"]},
     }
-    for flag in ("--read '~'", "--read '/etc'", "--read '../escape'", "--write '~/Documents'",
-                 "--network-mode host", "--lan-host nas.local", "--port 5432",
-                 "--browser-host 127.0.0.1:9222", "--tcp github.com:22", "--tool shell",
-                 "--command /usr/bin/curl", "--command *", "[harness]"):
+    for flag in (
+        "--read '~'",
+        "--read '/etc'",
+        "--read '../escape'",
+        "--write '~/Documents'",
+        "--network-mode host",
+        "--lan-host nas.local",
+        "--port 5432",
+        "--browser-host 127.0.0.1:9222",
+        "--tcp github.com:22",
+        "--tool shell",
+        "--command /usr/bin/curl",
+        "--command *",
+        "[harness]",
+    ):
         assert any(d.startswith(flag) for d in f.dropped), flag
     # what is kept is valid TOML that reads back the same
     assert tomllib.loads(f.to_toml()) == f.grants

@@ -19,8 +19,15 @@ def test_create_prints_id_and_lays_out_folders(home: Path) -> None:
     agent_id = r.out.strip()
     assert settings.ID_RE.match(agent_id)
     root = home / "Link" / "Agents" / "work"
-    for sub in ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/chats",
-                "Agent/schedule", "Config/sandbox.toml"):
+    for sub in (
+        "Home",
+        "Agent/instructions",
+        "Agent/skills",
+        "Agent/memory",
+        "Agent/chats",
+        "Agent/schedule",
+        "Config/sandbox.toml",
+    ):
         assert (root / sub).exists(), sub
     data = tomllib.loads((home / ".config/lnk/agents/work.toml").read_text())
     assert data["id"] == agent_id and data["format"] == settings.SETTINGS_FORMAT
@@ -47,8 +54,10 @@ def test_list_json_and_status_json(home: Path) -> None:
     assert st["endpoint"].startswith("http://127.0.0.1:")
 
 
-@pytest.mark.parametrize("bad", ["a/b", "..", "a..b", "with space", "tab\there", "nl\nx", "",
-                                 "-dash", ".hidden", "x" * 64])
+@pytest.mark.parametrize(
+    "bad",
+    ["a/b", "..", "a..b", "with space", "tab\there", "nl\nx", "", "-dash", ".hidden", "x" * 64],
+)
 def test_bad_names_are_refused_and_nothing_is_made(home: Path, bad: str) -> None:
     r = lnk("agent", "create", "--", bad)
     assert r.code == InvalidInput.exit_code, r.err

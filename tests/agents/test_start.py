@@ -30,7 +30,11 @@ def test_a_held_port_moves_the_agent_before_it_starts(home: Path) -> None:
         assert f"holds a port of work's block {base}-{base + 3}" in r.err
         st = ok("agent", "status", "--json", env=ENV).json()
         assert st["running"] is True and st["ports"][0] != base and st["ports"][0] < 32768
-        assert ok("agent", "chat", "send", "hi", env=ENV).out.strip().endswith("(message 1 in link:main)")
+        assert (
+            ok("agent", "chat", "send", "hi", env=ENV)
+            .out.strip()
+            .endswith("(message 1 in link:main)")
+        )
     finally:
         held.close()
         lnk("agent", "stop", env=ENV)

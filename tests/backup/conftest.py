@@ -22,8 +22,9 @@ def backup_moto() -> Iterator[MotoServer]:
 
 
 @pytest.fixture(params=["local", "s3"])
-def bucket(request: pytest.FixtureRequest, tmp_path: Path,
-           monkeypatch: pytest.MonkeyPatch) -> CountingBucket:
+def bucket(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> CountingBucket:
     if request.param == "local":
         root = tmp_path / "repo"
         root.mkdir()

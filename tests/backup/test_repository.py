@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from backup_helpers import CountingBucket
 
-from lnk.backup import Repository, SnapshotReader
+from lnk.backup import Repository, SnapshotReader, SnapshotWriter, prune, verify
 from lnk.errors import AlreadyExists, BackupError, InvalidInput, Refused
 from lnk.formats.keys import ReceiverKey
 
@@ -34,9 +34,10 @@ def make_tree(root: Path) -> dict[str, bytes]:
     return files
 
 
-def backup_folder(repo: Repository, root: Path, meta: dict[str, str] | None = None,
-                  when: datetime | None = None) -> str:
-    with repo.writer() as w:
+def backup_folder(
+    repo: Repository, root: Path, meta: dict[str, str] | None = None, when: datetime | None = None
+) -> str:
+    with SnapshotWriter(repo) as w:
         for p in sorted(root.rglob("*")):
             if p.is_file():
                 with open(p, "rb") as f:
@@ -51,7 +52,7 @@ def test_round_trip(bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path) 
     repo = Repository.init(bucket, owner.public_key_text())
     snap = backup_folder(repo, src)
 
-    reader = Repository.open(bucket, receiver_key=owner).reader(snap)
+    reader = SnapshotReader(Repository.open(bucket, receiver_key=owner), snap)
     names = [e.path for e in reader.entries()]
     assert set(names) == set(files) | {"manifest"}
     assert reader.read_blob("manifest") == b'{"agent":"ada"}'
@@ -62,7 +63,7 @@ def test_round_trip(bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path) 
     assert stat.S_IMODE((dest / "notes.md").stat().st_mode) == 0o600
     [info] = repo.list_snapshots()
     assert info.id == snap and info.meta == {"agent": "ada"} and info.files == len(files)
-    assert repo.verify(read_data=True).ok
+    assert verify(repo, read_data=True).ok
 
 
 def test_names_reveal_nothing(bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path) -> None:
@@ -70,7 +71,7 @@ def test_names_reveal_nothing(bucket: CountingBucket, owner: ReceiverKey, tmp_pa
 
     repo = Repository.init(bucket, owner.public)
     secret = b"the launch code is 1234 " * 1000
-    with repo.writer() as w:
+    with SnapshotWriter(repo) as w:
         w.add_file("secret.txt", 0o644, io.BytesIO(secret))
         w.commit()
     digest = hashlib.sha256(secret).hexdigest()
@@ -80,8 +81,9 @@ def test_names_reveal_nothing(bucket: CountingBucket, owner: ReceiverKey, tmp_pa
         assert b"launch code" not in bucket.get(k)
 
 
-def test_incremental_uploads_only_new_chunks(bucket: CountingBucket, owner: ReceiverKey,
-                                             tmp_path: Path) -> None:
+def test_incremental_uploads_only_new_chunks(
+    bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path
+) -> None:
     src = tmp_path / "src"
     make_tree(src)
     repo = Repository.init(bucket, owner.public)
@@ -106,10 +108,11 @@ def test_incremental_uploads_only_new_chunks(bucket: CountingBucket, owner: Rece
 
 
 def test_interrupted_backup_leaves_no_snapshot_and_is_reused(
-        bucket: CountingBucket, owner: ReceiverKey) -> None:
+    bucket: CountingBucket, owner: ReceiverKey
+) -> None:
     repo = Repository.init(bucket, owner.public, pack_size=1 * MiB)
     data = os.urandom(5 * MiB)
-    w = repo.writer()
+    w = SnapshotWriter(repo)
     w.add_file("big", 0o644, io.BytesIO(data))  # packs are flushed as it goes
     # the process dies here: no commit, no abort, the lock stays
     assert repo.list_snapshots() == []
@@ -117,37 +120,38 @@ def test_interrupted_backup_leaves_no_snapshot_and_is_reused(
 
     bucket.reset()
     repo2 = Repository.open(bucket, writer_secret=repo.writer_secret)
-    with repo2.writer() as w2:
+    with SnapshotWriter(repo2) as w2:
         w2.add_file("big", 0o644, io.BytesIO(data))
         snap = w2.commit()
     assert bucket.put_bytes < 2 * MiB  # at most the last, unflushed chunk again
-    reader = Repository.open(bucket, receiver_key=owner).reader(snap)
+    reader = SnapshotReader(Repository.open(bucket, receiver_key=owner), snap)
     [entry] = list(reader.entries())
     assert b"".join(reader.open(entry)) == data
 
 
 def test_two_writers_at_once(bucket: CountingBucket, owner: ReceiverKey) -> None:
     repo = Repository.init(bucket, owner.public)
-    a, b = repo.writer(), repo.writer()
+    a, b = SnapshotWriter(repo), SnapshotWriter(repo)
     a.add_file("a", 0o644, io.BytesIO(b"A" * 1000))
     b.add_file("b", 0o644, io.BytesIO(b"B" * 1000))
     sb = b.commit({"who": "b"})
     sa = a.commit({"who": "a"})
     full = Repository.open(bucket, receiver_key=owner)
     assert {s.id for s in full.list_snapshots()} == {sa, sb}
-    assert [e.path for e in full.reader(sa).entries()] == ["a"]
-    assert [e.path for e in full.reader(sb).entries()] == ["b"]
-    assert full.verify(read_data=True).ok
+    assert [e.path for e in SnapshotReader(full, sa).entries()] == ["a"]
+    assert [e.path for e in SnapshotReader(full, sb).entries()] == ["b"]
+    assert verify(full, read_data=True).ok
     assert not any(k.startswith("locks/") for k, _ in bucket.list())
 
 
-def test_verify_finds_missing_and_corrupted(bucket: CountingBucket, owner: ReceiverKey,
-                                            tmp_path: Path) -> None:
+def test_verify_finds_missing_and_corrupted(
+    bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path
+) -> None:
     src = tmp_path / "src"
     make_tree(src)
     repo = Repository.init(bucket, owner.public)
     backup_folder(repo, src)
-    assert repo.verify().ok
+    assert verify(repo).ok
     packs = sorted(k for k, _ in bucket.list("data/"))
     assert len(packs) >= 1
 
@@ -155,18 +159,18 @@ def test_verify_finds_missing_and_corrupted(bucket: CountingBucket, owner: Recei
     body = bytearray(bucket.get(victim))
     body[len(body) // 2] ^= 0xFF
     bucket.put(victim, bytes(body))
-    assert repo.verify().ok  # same size: only reading the data shows it
-    report = repo.verify(read_data=True)
+    assert verify(repo).ok  # same size: only reading the data shows it
+    report = verify(repo, read_data=True)
     assert not report.ok and any("corrupted" in p for p in report.problems)
 
     bucket.delete(victim)
-    report = repo.verify()
+    report = verify(repo)
     assert not report.ok and any("missing" in p for p in report.problems)
 
 
 def test_wrong_key_cannot_read(bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path) -> None:
     repo = Repository.init(bucket, owner.public)
-    with repo.writer() as w:
+    with SnapshotWriter(repo) as w:
         w.add_file("f", 0o644, io.BytesIO(b"private"))
         snap = w.commit()
     stranger = ReceiverKey.generate()
@@ -179,24 +183,25 @@ def test_wrong_key_cannot_read(bucket: CountingBucket, owner: ReceiverKey, tmp_p
 
 
 def test_public_key_only_handle_writes_but_cannot_read(
-        bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path) -> None:
+    bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path
+) -> None:
     # the owner makes the repository; a box gets the public key and the writer secret
     made = Repository.init(bucket, owner.public_key_text())
     box = Repository.open(bucket, writer_secret=made.writer_secret)
     assert not box.can_read
     payload = os.urandom(200_000)
-    with box.writer() as w:
+    with SnapshotWriter(box) as w:
         w.add_file("f", 0o644, io.BytesIO(payload))
         snap = w.commit({"from": "box"})
     assert [s.meta for s in box.list_snapshots()] == [{"from": "box"}]
     with pytest.raises(Refused):
-        box.reader(snap)
+        SnapshotReader(box, snap)
     # everything the box knows (master, dedup key, index key) opens no data:
     # the data key of its own run is sealed to the owner
     for key, _ in bucket.list("data/"):
         assert payload[:64] not in bucket.get(key)
     owner_repo = Repository.open(bucket, receiver_key=owner)
-    reader = owner_repo.reader(snap)
+    reader = SnapshotReader(owner_repo, snap)
     [entry] = list(reader.entries())
     assert b"".join(reader.open(entry)) == payload
 
@@ -205,7 +210,7 @@ def test_init_twice_and_bad_paths(bucket: CountingBucket, owner: ReceiverKey) ->
     repo = Repository.init(bucket, owner.public)
     with pytest.raises(AlreadyExists):
         Repository.init(bucket, owner.public)
-    with repo.writer() as w, pytest.raises(InvalidInput):
+    with SnapshotWriter(repo) as w, pytest.raises(InvalidInput):
         w.add_file("../escape", 0o644, io.BytesIO(b"x"))
     assert not any(k.startswith("locks/") for k, _ in bucket.list())
 
@@ -215,63 +220,63 @@ def test_prune_keeps_what_the_policy_says(bucket: CountingBucket, owner: Receive
     start = datetime(2026, 1, 1, 12, tzinfo=UTC)
     by_day: dict[int, str] = {}
     for day in range(0, 60, 3):  # a snapshot every third day for 60 days
-        with repo.writer() as w:
+        with SnapshotWriter(repo) as w:
             w.add_file("day", 0o644, io.BytesIO(f"day {day}".encode() * 50 + os.urandom(64)))
             by_day[day] = w.commit({"day": str(day)}, time=start + timedelta(days=day))
     packs_before = {k for k, _ in bucket.list("data/")}
 
-    report = repo.prune({"last": 2, "daily": 3, "monthly": 2}, min_age=timedelta(0))
+    report = prune(repo, {"last": 2, "daily": 3, "monthly": 2}, min_age=timedelta(0))
     # newest first: days 57, 54, 51 (daily 3 and last 2), month 2 -> 57, month 1 -> 30
     expected = {by_day[d] for d in (57, 54, 51, 30)}
     assert set(report.kept) == expected
     assert {s.id for s in repo.list_snapshots()} == expected
     assert report.deleted_packs and not report.deferred
     assert {k for k, _ in bucket.list("data/")} < packs_before
-    assert repo.verify(read_data=True).ok
-    reader = Repository.open(bucket, receiver_key=owner).reader(by_day[30])
+    assert verify(repo, read_data=True).ok
+    reader = SnapshotReader(Repository.open(bucket, receiver_key=owner), by_day[30])
     [entry] = list(reader.entries())
     assert b"".join(reader.open(entry)).startswith(b"day 30")
 
 
 def test_prune_spares_a_running_backup(bucket: CountingBucket, owner: ReceiverKey) -> None:
     repo = Repository.init(bucket, owner.public, pack_size=MiB)
-    with repo.writer() as w:
+    with SnapshotWriter(repo) as w:
         w.add_file("old", 0o644, io.BytesIO(os.urandom(1000)))
         w.commit(time=datetime(2026, 1, 1, tzinfo=UTC))
-    running = repo.writer()
+    running = SnapshotWriter(repo)
     running.add_file("new", 0o644, io.BytesIO(os.urandom(3 * MiB)))  # packs uploaded, no commit
     packs = {k for k, _ in bucket.list("data/")}
-    report = repo.prune({"last": 1}, min_age=timedelta(0))
+    report = prune(repo, {"last": 1}, min_age=timedelta(0))
     assert report.deferred and report.deleted_packs == []
     assert {k for k, _ in bucket.list("data/")} == packs
     snap = running.commit()
     assert snap in {s.id for s in repo.list_snapshots()}
-    assert repo.verify(read_data=True).ok
+    assert verify(repo, read_data=True).ok
 
     # and without min_age=0, young unreferenced packs stay even with no backup running
-    leftover = repo.writer()
+    leftover = SnapshotWriter(repo)
     leftover.add_file("x", 0o644, io.BytesIO(os.urandom(2 * MiB)))
     leftover.abort()
     before = {k for k, _ in bucket.list("data/")}
-    assert repo.prune({"last": 1}).deleted_packs == []
+    assert prune(repo, {"last": 1}).deleted_packs == []
     assert {k for k, _ in bucket.list("data/")} == before
 
 
 def test_prune_rejects_bad_policies(bucket: CountingBucket, owner: ReceiverKey) -> None:
     repo = Repository.init(bucket, owner.public)
     with pytest.raises(InvalidInput):
-        repo.prune({"fortnightly": 2})
+        prune(repo, {"fortnightly": 2})
     with pytest.raises(InvalidInput):
-        repo.prune({"daily": 0})
+        prune(repo, {"daily": 0})
 
 
 def test_commit_fails_if_a_reused_pack_vanished(bucket: CountingBucket, owner: ReceiverKey) -> None:
     repo = Repository.init(bucket, owner.public)
     data = os.urandom(1000)
-    with repo.writer() as w:
+    with SnapshotWriter(repo) as w:
         w.add_file("f", 0o644, io.BytesIO(data))
         w.commit()
-    w2 = repo.writer()
+    w2 = SnapshotWriter(repo)
     w2.add_file("f", 0o644, io.BytesIO(data))  # deduped against the first pack
     for k, _ in list(bucket.list("data/")):
         bucket.delete(k)  # a concurrent prune

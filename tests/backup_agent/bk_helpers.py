@@ -15,7 +15,7 @@ from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
 from lnk.backup import agent_keys
 from lnk.collections import CollectionId
-from lnk.formats.manifest import FILE_ROOTS
+from lnk.payload.manifest import FILE_ROOTS
 from lnk.transport.buckets import Bucket, ObjectInfo
 
 EVENTS = CollectionId("events", "link:main")
@@ -68,8 +68,12 @@ def agent_files(root: Path) -> dict[str, tuple[Any, ...]]:
             if stat.S_ISDIR(st.st_mode):
                 out[rel] = ("d", stat.S_IMODE(st.st_mode))
             else:
-                out[rel] = ("f", stat.S_IMODE(st.st_mode), st.st_mtime_ns,
-                            hashlib.sha256(p.read_bytes()).hexdigest())
+                out[rel] = (
+                    "f",
+                    stat.S_IMODE(st.st_mode),
+                    st.st_mtime_ns,
+                    hashlib.sha256(p.read_bytes()).hexdigest(),
+                )
     return out
 
 

@@ -38,8 +38,9 @@ def test_backup_restore_reproduces_the_agent(src: Machine, dst: Machine, url: st
     b = registry.find(dst, "work")
     assert (b.id, b.settings.owner, b.settings.lapse_s) == (a.id, a.settings.owner, 45)
     assert agent_files(b.folders.root) == agent_files(a.folders.root)
-    assert link_groups(b.folders.root) == {frozenset({"Home/docs/report.txt",
-                                                      "Home/report-link.txt"})}
+    assert link_groups(b.folders.root) == {
+        frozenset({"Home/docs/report.txt", "Home/report-link.txt"})
+    }
     assert collections_of(b) == collections_of(a)
     assert tomllib.loads(b.folders.sandbox_toml.read_text()) == tomllib.loads(GRANTS)
     # the restored agent starts and answers with its ID
@@ -67,8 +68,9 @@ def test_incremental_backup_uploads_only_new_chunks(src: Machine, url: str) -> N
     assert rep.new_blobs <= 6
 
 
-def test_interrupted_backup_leaves_no_snapshot_and_resumes(src: Machine, dst: Machine,
-                                                           url: str) -> None:
+def test_interrupted_backup_leaves_no_snapshot_and_resumes(
+    src: Machine, dst: Machine, url: str
+) -> None:
     a = sample_agent(src, big=10 << 20)
     dying = Recording(open_bucket(url), fail_after=4)  # config, lock, a pack and its index
     with pytest.raises(KeyboardInterrupt):
@@ -109,8 +111,13 @@ def test_verify_finds_a_missing_or_corrupted_pack(src: Machine, url: str) -> Non
 def test_prune_keeps_what_the_policy_says(src: Machine, url: str) -> None:
     a = sample_agent(src)
     day = datetime(2025, 3, 10, 12, tzinfo=UTC)
-    times = [day, day + timedelta(hours=2), day + timedelta(days=1), day + timedelta(days=2),
-             day + timedelta(days=2, hours=1)]
+    times = [
+        day,
+        day + timedelta(hours=2),
+        day + timedelta(days=1),
+        day + timedelta(days=2),
+        day + timedelta(days=2, hours=1),
+    ]
     ids = [backup_agent(src, a, url, time=t).snapshot for t in times]
     r = ok("agent", "backup", "prune", "--from", url, "--keep", "daily=2", "--json").json()
     assert set(r["kept"]) == {ids[2], ids[4]}
@@ -120,8 +127,9 @@ def test_prune_keeps_what_the_policy_says(src: Machine, url: str) -> None:
     assert listed[0]["agent"] == "work" and listed[0]["files"] == 6
 
 
-def test_cli_backup_and_restore_refuses_to_overwrite(src: Machine, dst: Machine,
-                                                     local_url: str, tmp_path: Path) -> None:
+def test_cli_backup_and_restore_refuses_to_overwrite(
+    src: Machine, dst: Machine, local_url: str, tmp_path: Path
+) -> None:
     sample_agent(src)
     snap = ok("agent", "backup", "--to", local_url).out.strip()
     assert len(snap) == 32

@@ -32,8 +32,9 @@ def _restore_and_compare(src: Machine, dst: Machine, url: str) -> None:
     assert collections_of(b) == collections_of(a)
 
 
-def test_unchanged_files_are_not_read_and_changes_are(src: Machine, dst: Machine,
-                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unchanged_files_are_not_read_and_changes_are(
+    src: Machine, dst: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = _bucket(tmp_path)
     a = sample_agent(src, big=3 << 20)
     backup_agent(src, a, url)
@@ -60,8 +61,9 @@ def test_unchanged_files_are_not_read_and_changes_are(src: Machine, dst: Machine
     _restore_and_compare(src, dst, url)
 
 
-def test_a_prune_that_removed_cached_chunks_is_survived(src: Machine, dst: Machine,
-                                                       tmp_path: Path) -> None:
+def test_a_prune_that_removed_cached_chunks_is_survived(
+    src: Machine, dst: Machine, tmp_path: Path
+) -> None:
     url = _bucket(tmp_path)
     a = sample_agent(src, big=2 << 20)
     backup_agent(src, a, url)

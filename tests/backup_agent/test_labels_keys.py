@@ -20,8 +20,9 @@ from lnk.errors import Refused
 from lnk.transport.buckets import open_bucket
 
 
-def test_unlabelled_bucket_restores_the_older_layout(src: Machine, dst: Machine,
-                                                     local_url: str) -> None:
+def test_unlabelled_bucket_restores_the_older_layout(
+    src: Machine, dst: Machine, local_url: str
+) -> None:
     a = registry.create(src, "old")
     h = a.folders.home
     write(h / "notes.txt", b"mine\n")
@@ -49,12 +50,12 @@ def test_unlabelled_bucket_restores_the_older_layout(src: Machine, dst: Machine,
     assert all(f"hi {i}" in got for i in range(3))
 
 
-def test_unlabelled_bucket_with_two_folder_backup_is_refused(src: Machine, dst: Machine,
-                                                            tmp_path: Path,
-                                                            local_url: str) -> None:
+def test_unlabelled_bucket_with_two_folder_backup_is_refused(
+    src: Machine, dst: Machine, tmp_path: Path, local_url: str
+) -> None:
     a = sample_agent(src)
     backup_agent(src, a, local_url)
-    root = Path(local_url[len("file://"):])
+    root = Path(local_url[len("file://") :])
     (root.parent / f".{root.name}.lnk-labels.json").unlink()
     give_keys(src, dst)
     with pytest.raises(Refused) as e:
@@ -68,11 +69,20 @@ def test_unlabelled_bucket_with_two_folder_backup_is_refused(src: Machine, dst: 
 
 # ---- a box's key: objects only, and only the public half -----------------------------
 BOX = "lnk-bk-box"
-OBJECT_ONLY = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": [
-    "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"],
-    "Resource": [f"arn:aws:s3:::{BOX}", f"arn:aws:s3:::{BOX}/*"]}]}
-ADMIN = {"Version": "2012-10-17",
-         "Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": ["*"]}]}
+OBJECT_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"],
+            "Resource": [f"arn:aws:s3:::{BOX}", f"arn:aws:s3:::{BOX}/*"],
+        }
+    ],
+}
+ADMIN = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": ["*"]}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +96,10 @@ def enforcing() -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
             iam.create_user(UserName=user)
             iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps(policy))
             k = iam.create_access_key(UserName=user)["AccessKey"]
-            keys[user] = {"AWS_ACCESS_KEY_ID": k["AccessKeyId"],
-                          "AWS_SECRET_ACCESS_KEY": k["SecretAccessKey"]}
+            keys[user] = {
+                "AWS_ACCESS_KEY_ID": k["AccessKeyId"],
+                "AWS_SECRET_ACCESS_KEY": k["SecretAccessKey"],
+            }
         server.set_auth(True)
         yield server, keys["box"], keys["admin"]
     finally:
@@ -114,12 +126,18 @@ class Split(Recording):
 
 
 def test_box_key_backs_up_but_cannot_label_or_read(
-        enforcing: tuple[MotoServer, dict[str, str], dict[str, str]], tmp_path: Path,
-        local_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    enforcing: tuple[MotoServer, dict[str, str], dict[str, str]],
+    tmp_path: Path,
+    local_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     server, box, admin = enforcing
     s3 = f"s3://{BOX}"
-    owner, boxm, other = Machine(tmp_path / "owner"), Machine(tmp_path / "box"), \
-        Machine(tmp_path / "other")
+    owner, boxm, other = (
+        Machine(tmp_path / "owner"),
+        Machine(tmp_path / "box"),
+        Machine(tmp_path / "other"),
+    )
     open_for_writing(owner, open_bucket(local_url), local_url)  # the owner makes the repo
     box_key = ok("backup", "key", "export", "--public", home=owner.home).out
     assert "private " not in box_key and "repo " in box_key
@@ -144,11 +162,20 @@ def test_box_key_backs_up_but_cannot_label_or_read(
 
 
 # ---- schedule and its failed runs -----------------------------------------------------
-def test_schedule_writes_units_and_prints_the_crontab_line(src: Machine,
-                                                          local_url: str) -> None:
+def test_schedule_writes_units_and_prints_the_crontab_line(src: Machine, local_url: str) -> None:
     a = sample_agent(src)
-    r = ok("agent", "backup", "schedule", "--to", local_url, "--every", "6h",
-           "--keep", "daily=7,weekly=4", "--json").json()
+    r = ok(
+        "agent",
+        "backup",
+        "schedule",
+        "--to",
+        local_url,
+        "--every",
+        "6h",
+        "--keep",
+        "daily=7,weekly=4",
+        "--json",
+    ).json()
     unit = src.home / ".config" / "systemd" / "user" / f"lnk-backup-{a.id}"
     assert sorted(r["files"]) == [f"{unit}.service", f"{unit}.timer"]
     service = Path(f"{unit}.service").read_text()
@@ -156,8 +183,17 @@ def test_schedule_writes_units_and_prints_the_crontab_line(src: Machine,
     assert "OnUnitActiveSec=21600s" in Path(f"{unit}.timer").read_text()
     assert r["installed"] is False  # no systemd user manager runs here
     assert r["crontab"].startswith("0 */6 * * * ") and "--scheduled" in r["crontab"]
-    text = ok("agent", "backup", "schedule", "--to", local_url, "--every", "6h",
-              "--keep", "daily=7,weekly=4")
+    text = ok(
+        "agent",
+        "backup",
+        "schedule",
+        "--to",
+        local_url,
+        "--every",
+        "6h",
+        "--keep",
+        "daily=7,weekly=4",
+    )
     assert "crontab" in text.err and text.out.strip() == r["crontab"]
 
 

@@ -82,8 +82,14 @@ class Raw:
         except TimeoutError:
             return False
 
-    def prove(self, key: bytes, agent: str = AGENT, owner: str = OWNER, action: str = "echo",
-              body: Any = None) -> dict[str, Any]:
+    def prove(
+        self,
+        key: bytes,
+        agent: str = AGENT,
+        owner: str = OWNER,
+        action: str = "echo",
+        body: Any = None,
+    ) -> dict[str, Any]:
         """Finish a call whose hello was sent already: read the challenge, send the proof."""
         challenge = base64.b64decode(self.line()["challenge"])
         proof = bridge_proof(key, agent, owner, action, challenge)

@@ -30,7 +30,9 @@ def make_server(tmp_path: Path, key: bytes, recorder: Recorder) -> Iterator[Serv
 
     def make(**kw: Any) -> BridgeServer:
         kw.setdefault("socket_path", tmp_path / "bridges" / "b.sock")
-        kw.setdefault("key_for", lambda agent, owner: key if (agent, owner) == (AGENT, OWNER) else None)
+        kw.setdefault(
+            "key_for", lambda agent, owner: key if (agent, owner) == (AGENT, OWNER) else None
+        )
         kw.setdefault("handlers", {"echo": recorder.echo})
         server = BridgeServer(**kw)
         server.start()

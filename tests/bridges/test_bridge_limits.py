@@ -77,7 +77,9 @@ def test_a_users_newest_unproven_connection_replaces_its_oldest(
     for n, raw in enumerate(conns[2:]):
         raw.send(hello())
         assert raw.prove(key, body={"n": n}) == {
-            "ok": True, "result": {"echo": {"n": n}, "agent": AGENT, "uid": os.getuid()}}
+            "ok": True,
+            "result": {"echo": {"n": n}, "agent": AGENT, "uid": os.getuid()},
+        }
     assert len(recorder.calls) == 3
 
 
@@ -135,8 +137,13 @@ def test_a_flood_from_one_user_never_blocks_another_users_proof(
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o666
     with subprocess.Popen(
         [SYSTEM_PYTHON, "-c", FLOOD, str(path), "50", "4"],
-        user=NOBODY, group=NOBODY, cwd="/", env={"PATH": "/usr/bin:/bin"},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        user=NOBODY,
+        group=NOBODY,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     ) as flood:
         try:
             assert flood.stdout is not None and flood.stdin is not None

@@ -34,10 +34,14 @@ def test_endpoint_proof_is_hmac_of_label_and_challenge() -> None:
 def test_bridge_proof_is_hmac_of_label_and_length_prefixed_fields() -> None:
     msg = (
         b"lnk bridge proof v1\x00"
-        + struct.pack(">I", 3) + b"a-1"
-        + struct.pack(">I", 5) + b"alice"
-        + struct.pack(">I", 4) + b"send"
-        + struct.pack(">I", 32) + CHALLENGE
+        + struct.pack(">I", 3)
+        + b"a-1"
+        + struct.pack(">I", 5)
+        + b"alice"
+        + struct.pack(">I", 4)
+        + b"send"
+        + struct.pack(">I", 32)
+        + CHALLENGE
     )
     assert bridge_message("a-1", "alice", "send", CHALLENGE) == msg
     expected = hmac.new(KEY, msg, hashlib.sha256).digest()
@@ -64,7 +68,7 @@ def test_labels_differ_and_neither_is_a_prefix_of_the_other() -> None:
 def test_an_endpoint_proof_never_verifies_as_a_bridge_proof() -> None:
     # Even when the endpoint is asked to sign the bridge message's own bytes.
     msg = bridge_message("a-1", "alice", "send", CHALLENGE)
-    for challenge in (CHALLENGE, msg, msg[len(BRIDGE_LABEL):], msg[len(ENDPOINT_LABEL):]):
+    for challenge in (CHALLENGE, msg, msg[len(BRIDGE_LABEL) :], msg[len(ENDPOINT_LABEL) :]):
         forged = endpoint_proof(KEY, challenge)
         assert not verify_bridge_proof(KEY, "a-1", "alice", "send", CHALLENGE, forged)
 
@@ -78,8 +82,9 @@ def test_a_bridge_proof_never_verifies_as_an_endpoint_proof() -> None:
 @given(challenge=st.binary(max_size=200), agent=st.text(max_size=20), action=st.text(max_size=20))
 def test_cross_proofs_never_match(challenge: bytes, agent: str, action: str) -> None:
     assert endpoint_proof(KEY, challenge) != bridge_proof(KEY, agent, "o", action, challenge)
-    assert endpoint_proof(KEY, bridge_message(agent, "o", action, challenge)[len(ENDPOINT_LABEL):]) \
-        != bridge_proof(KEY, agent, "o", action, challenge)
+    assert endpoint_proof(
+        KEY, bridge_message(agent, "o", action, challenge)[len(ENDPOINT_LABEL) :]
+    ) != bridge_proof(KEY, agent, "o", action, challenge)
 
 
 def test_endpoint_proof_fails_with_wrong_key_or_challenge() -> None:
@@ -103,7 +108,9 @@ def test_bridge_proof_fails_when_any_field_differs() -> None:
 
 def test_length_prefixes_keep_fields_apart() -> None:
     # Without them, ("ab", "c") and ("a", "bc") would sign the same bytes.
-    assert bridge_proof(KEY, "ab", "c", "x", CHALLENGE) != bridge_proof(KEY, "a", "bc", "x", CHALLENGE)
+    assert bridge_proof(KEY, "ab", "c", "x", CHALLENGE) != bridge_proof(
+        KEY, "a", "bc", "x", CHALLENGE
+    )
     assert bridge_proof(KEY, "a", "b", "cx", b"") != bridge_proof(KEY, "a", "bc", "x", b"")
 
 

@@ -18,13 +18,23 @@ from lnk.bridges.server import BridgeServer, Call
 from lnk.errors import AlreadyExists, InvalidInput, LnkError, NotFound, Refused, TransportError
 
 
-def test_a_good_call_reaches_the_handler(make_server: ServerFactory, key: bytes,
-                                         recorder: Recorder) -> None:
+def test_a_good_call_reaches_the_handler(
+    make_server: ServerFactory, key: bytes, recorder: Recorder
+) -> None:
     server = make_server()
     result = call(server.socket_path, AGENT, OWNER, key, "echo", {"text": "hi\nthere", "n": [1, 2]})
-    assert result == {"echo": {"text": "hi\nthere", "n": [1, 2]}, "agent": AGENT, "uid": os.getuid()}
+    assert result == {
+        "echo": {"text": "hi\nthere", "n": [1, 2]},
+        "agent": AGENT,
+        "uid": os.getuid(),
+    }
     [seen] = recorder.calls
-    assert (seen.agent_id, seen.owner, seen.action, seen.peer_uid) == (AGENT, OWNER, "echo", os.getuid())
+    assert (seen.agent_id, seen.owner, seen.action, seen.peer_uid) == (
+        AGENT,
+        OWNER,
+        "echo",
+        os.getuid(),
+    )
 
 
 def test_the_raw_exchange_is_as_documented(make_server: ServerFactory, key: bytes) -> None:
@@ -54,8 +64,9 @@ def test_mode_argument(make_server: ServerFactory, tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(server.socket_path).st_mode) == 0o666
 
 
-def test_a_wrong_proof_never_reaches_the_handler(make_server: ServerFactory,
-                                                 recorder: Recorder) -> None:
+def test_a_wrong_proof_never_reaches_the_handler(
+    make_server: ServerFactory, recorder: Recorder
+) -> None:
     server = make_server()
     raw = Raw(server.socket_path)
     raw.send(hello())
@@ -66,8 +77,9 @@ def test_a_wrong_proof_never_reaches_the_handler(make_server: ServerFactory,
     assert recorder.calls == []
 
 
-def test_a_proof_for_another_action_or_owner_is_refused(make_server: ServerFactory, key: bytes,
-                                                        recorder: Recorder) -> None:
+def test_a_proof_for_another_action_or_owner_is_refused(
+    make_server: ServerFactory, key: bytes, recorder: Recorder
+) -> None:
     server = make_server()
     raw = Raw(server.socket_path)
     raw.send(hello(action="echo"))
@@ -98,10 +110,17 @@ def test_an_unknown_action(make_server: ServerFactory, key: bytes) -> None:
 
 @pytest.mark.parametrize(
     "first",
-    [b"not json\n", b"[1, 2]\n", b"\xff\xfe\n", b'{"agent": "a", "agent": "b", "owner": "o", "action": "echo"}\n',
-     b'{"agent": "", "owner": "o", "action": "echo"}\n', b'{"agent": 1, "owner": "o", "action": "echo"}\n',
-     b'{"owner": "o", "action": "echo"}\n', b'{"agent": "a", "owner": "o", "action": NaN}\n',
-     b'{"agent": "' + b"a" * 300 + b'", "owner": "o", "action": "echo"}\n'],
+    [
+        b"not json\n",
+        b"[1, 2]\n",
+        b"\xff\xfe\n",
+        b'{"agent": "a", "agent": "b", "owner": "o", "action": "echo"}\n',
+        b'{"agent": "", "owner": "o", "action": "echo"}\n',
+        b'{"agent": 1, "owner": "o", "action": "echo"}\n',
+        b'{"owner": "o", "action": "echo"}\n',
+        b'{"agent": "a", "owner": "o", "action": NaN}\n',
+        b'{"agent": "' + b"a" * 300 + b'", "owner": "o", "action": "echo"}\n',
+    ],
 )
 def test_a_malformed_hello(make_server: ServerFactory, first: bytes) -> None:
     server = make_server()
@@ -113,10 +132,17 @@ def test_a_malformed_hello(make_server: ServerFactory, first: bytes) -> None:
 
 @pytest.mark.parametrize(
     "second",
-    [b"{oops\n", b'{"body": {}}\n', b'{"proof": "***", "body": {}}\n', b'{"proof": 5}\n',
-     b'{"proof": "AAAA", "body": [1]}\n'],
+    [
+        b"{oops\n",
+        b'{"body": {}}\n',
+        b'{"proof": "***", "body": {}}\n',
+        b'{"proof": 5}\n',
+        b'{"proof": "AAAA", "body": [1]}\n',
+    ],
 )
-def test_a_malformed_proof_line(make_server: ServerFactory, recorder: Recorder, second: bytes) -> None:
+def test_a_malformed_proof_line(
+    make_server: ServerFactory, recorder: Recorder, second: bytes
+) -> None:
     server = make_server()
     raw = Raw(server.socket_path)
     raw.send(hello())
@@ -178,8 +204,16 @@ def _too_big(call: Call) -> dict[str, Any]:
 
 
 def test_handlers_that_fail(make_server: ServerFactory, key: bytes, recorder: Recorder) -> None:
-    server = make_server(handlers={"boom": _boom, "refuses": _refuses, "list": _not_a_dict,
-                                   "odd": _not_json, "big": _too_big, "echo": recorder.echo})
+    server = make_server(
+        handlers={
+            "boom": _boom,
+            "refuses": _refuses,
+            "list": _not_a_dict,
+            "odd": _not_json,
+            "big": _too_big,
+            "echo": recorder.echo,
+        }
+    )
     path = server.socket_path
     with pytest.raises(LnkError, match=r"could not carry out 'boom' \(failed\)") as e:
         call(path, AGENT, OWNER, key, "boom", {})
@@ -202,7 +236,9 @@ def test_a_key_lookup_that_raises(make_server: ServerFactory, key: bytes) -> Non
         call(server.socket_path, AGENT, OWNER, key, "echo", {})
 
 
-def test_a_second_server_on_the_same_path_is_refused(make_server: ServerFactory, key: bytes) -> None:
+def test_a_second_server_on_the_same_path_is_refused(
+    make_server: ServerFactory, key: bytes
+) -> None:
     server = make_server()
     other = BridgeServer(server.socket_path, lambda a, o: None, {})
     with pytest.raises(AlreadyExists, match="already listens"):

@@ -53,9 +53,16 @@ def test_prefix_listing(any_bucket: Bucket) -> None:
     for key in ("data/aa/1", "data/aa/2", "data/ab/3", "index/1", "dataset"):
         any_bucket.put(key, key.encode())
     assert sorted(k for k, _ in any_bucket.list("data/")) == ["data/aa/1", "data/aa/2", "data/ab/3"]
-    assert sorted(k for k, _ in any_bucket.list("data/a")) == ["data/aa/1", "data/aa/2", "data/ab/3"]
+    assert sorted(k for k, _ in any_bucket.list("data/a")) == [
+        "data/aa/1",
+        "data/aa/2",
+        "data/ab/3",
+    ]
     assert sorted(k for k, _ in any_bucket.list("data")) == [
-        "data/aa/1", "data/aa/2", "data/ab/3", "dataset",
+        "data/aa/1",
+        "data/aa/2",
+        "data/ab/3",
+        "dataset",
     ]
     assert sorted(k for k, _ in any_bucket.list("index/")) == ["index/1"]
     assert list(any_bucket.list("zzz")) == []
@@ -143,7 +150,9 @@ def test_missing_bucket_is_not_found(backend: str, request: pytest.FixtureReques
 def test_open_bucket_rejects_other_forms(url: str) -> None:
     with pytest.raises(UsageError) as err:
         open_bucket(url)
-    assert (err.value.hint is not None and "s3://" in err.value.hint) or "file:///" in (err.value.hint or "")
+    assert (err.value.hint is not None and "s3://" in err.value.hint) or "file:///" in (
+        err.value.hint or ""
+    )
 
 
 def test_open_bucket_parses_prefixes() -> None:

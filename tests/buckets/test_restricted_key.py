@@ -23,8 +23,12 @@ OBJECT_ONLY_POLICY = {
         {
             "Effect": "Allow",
             "Action": [
-                "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket",
-                "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts",
+                "s3:GetObject",
+                "s3:PutObject",
+                "s3:DeleteObject",
+                "s3:ListBucket",
+                "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts",
             ],
             "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
         }

@@ -59,6 +59,7 @@ def _other(driver: str, tmp_path: Path, name: str) -> Store:
 
 # ---- logs -----------------------------------------------------------------
 
+
 def test_append_and_read_ranges(store: Store) -> None:
     assert store.last_number(CONV) == 0
     assert store.read(CONV) == []
@@ -91,10 +92,17 @@ def test_bad_event_numbers_refused(store: Store, bad: Any) -> None:
         store.append(CONV, bad, {})
 
 
-@pytest.mark.parametrize("bad", [
-    [1], "text", {"x": float("nan")}, {1: "int key"}, {"x": object()},
-    {"big": "a" * MAX_VALUE_BYTES},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [1],
+        "text",
+        {"x": float("nan")},
+        {1: "int key"},
+        {"x": object()},
+        {"big": "a" * MAX_VALUE_BYTES},
+    ],
+)
 def test_bad_events_refused(store: Store, bad: Any) -> None:
     with pytest.raises(InvalidInput):
         store.append(CONV, 1, bad)
@@ -118,10 +126,21 @@ def test_big_log_last_number(store: Store) -> None:
 
 # ---- names ----------------------------------------------------------------
 
-@pytest.mark.parametrize("name", [
-    "link:main", "a%41", "..", ".hidden", "spaces and ünïcödé ☃", "~tilde", "x" * 200,
-    "é" * 200, "telegram:-100123:thread/1".replace("/", "|"),
-])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "link:main",
+        "a%41",
+        "..",
+        ".hidden",
+        "spaces and ünïcödé ☃",
+        "~tilde",
+        "x" * 200,
+        "é" * 200,
+        "telegram:-100123:thread/1".replace("/", "|"),
+    ],
+)
 def test_names_round_trip(store: Store, name: str) -> None:
     cid = CollectionId("events", name)
     notes = CollectionId("notes", name)
@@ -144,6 +163,7 @@ def test_bad_kind_refused() -> None:
 
 
 # ---- maps -----------------------------------------------------------------
+
 
 def test_maps(store: Store) -> None:
     jobs = CollectionId("jobs", "link:main")
@@ -179,6 +199,7 @@ def test_many_map_entries_in_key_order(store: Store) -> None:
 
 
 # ---- racing writers -------------------------------------------------------
+
 
 def _race_numbers(store: Store, who: str, upto: int) -> list[int]:
     """Try every number in order; return those this writer won."""
@@ -259,12 +280,16 @@ def test_racing_processes_no_event_lost(driver: str, store_path: Path) -> None:
     events = open_store(driver, store_path).read(CONV)
     assert [e.number for e in events] == list(range(1, 161))
     assert sorted((e.data["w"], e.data["k"]) for e in events) == sorted(
-        (f"p{i}", k) for i in range(4) for k in range(40))
+        (f"p{i}", k) for i in range(4) for k in range(40)
+    )
 
 
 # ---- the turn lease -------------------------------------------------------
 
-@pytest.mark.parametrize(("after", "lapsed"), [(LAPSE - 1, False), (LAPSE, True), (LAPSE + 1, True)])
+
+@pytest.mark.parametrize(
+    ("after", "lapsed"), [(LAPSE - 1, False), (LAPSE, True), (LAPSE + 1, True)]
+)
 def test_lease_lapses_to_the_millisecond(store: Store, after: int, lapsed: bool) -> None:
     t0 = 1_700_000_000_000
     assert store.take_lease(CONV, "proc-a", now_ms=t0) is not None
@@ -289,7 +314,12 @@ def test_lease_lapses_to_the_millisecond(store: Store, after: int, lapsed: bool)
 def test_lease_take_renew_release(store: Store) -> None:
     assert store.read_lease(CONV) is None
     a = store.take_lease(CONV, "a", now_ms=1000)
-    assert a is not None and (a.holder, a.taken_ms, a.renewed_ms, a.took_over) == ("a", 1000, 1000, False)
+    assert a is not None and (a.holder, a.taken_ms, a.renewed_ms, a.took_over) == (
+        "a",
+        1000,
+        1000,
+        False,
+    )
     again = store.take_lease(CONV, "a", now_ms=5000)  # the holder's own: kept, renewed
     assert again is not None and (again.taken_ms, again.renewed_ms) == (1000, 5000)
     assert store.take_lease(CONV, "b", now_ms=5001) is None
@@ -340,8 +370,9 @@ def _proc_take(driver: str, path: str, who: str, out: str, start: Any) -> None:
     Path(out).write_text(json.dumps(got is not None))
 
 
-def test_one_taker_of_a_lapsed_lease_processes(driver: str, store_path: Path,
-                                               tmp_path: Path) -> None:
+def test_one_taker_of_a_lapsed_lease_processes(
+    driver: str, store_path: Path, tmp_path: Path
+) -> None:
     open_store(driver, store_path).take_lease(CONV, "crashed", now_ms=0)
     outs = {f"p{i}": tmp_path / f"take{i}.json" for i in range(4)}
     _run_procs(_proc_take, [(driver, str(store_path), w, str(o)) for w, o in outs.items()])
@@ -352,6 +383,7 @@ def test_one_taker_of_a_lapsed_lease_processes(driver: str, store_path: Path,
 
 
 # ---- export / import ------------------------------------------------------
+
 
 def _fill(store: Store) -> None:
     store.append_many(CONV, 1, [{"i": i, "text": "ü" * i} for i in range(1, 31)])
@@ -368,8 +400,14 @@ def _dump(store: Store) -> list[list[dict[str, Any]]]:
 def test_export_format(store: Store) -> None:
     _fill(store)
     recs = list(store.export(CONV))
-    assert recs[0] == {"t": "collection", "v": 1, "kind": "events", "name": "link:main",
-                       "shape": "log", "since": 0}
+    assert recs[0] == {
+        "t": "collection",
+        "v": 1,
+        "kind": "events",
+        "name": "link:main",
+        "shape": "log",
+        "since": 0,
+    }
     assert recs[1] == {"t": "event", "n": 1, "data": {"i": 1, "text": "ü"}}
     assert recs[-1] == {"t": "end", "count": 30}
     recs = list(store.export(NOTES))
@@ -424,23 +462,39 @@ def test_map_import_replaces_wholly(store: Store, driver: str, tmp_path: Path) -
     assert list(dst.items(NOTES)) == list(store.items(NOTES))
     assert dst.watermark(NOTES) != w
     empty = CollectionId("tools", "empty")
-    dst.import_([{"t": "collection", "v": 1, "kind": "tools", "name": "empty", "shape": "map"},
-                 {"t": "end", "count": 0}])
+    dst.import_(
+        [
+            {"t": "collection", "v": 1, "kind": "tools", "name": "empty", "shape": "map"},
+            {"t": "end", "count": 0},
+        ]
+    )
     assert empty in dst.collections() and list(dst.items(empty)) == []
 
 
 def _log_stream(n: int = 3) -> list[dict[str, Any]]:
-    return ([{"t": "collection", "v": 1, "kind": "events", "name": "link:main", "shape": "log",
-              "since": 0}]
-            + [{"t": "event", "n": i, "data": {"i": i}} for i in range(1, n + 1)]
-            + [{"t": "end", "count": n}])
+    return (
+        [
+            {
+                "t": "collection",
+                "v": 1,
+                "kind": "events",
+                "name": "link:main",
+                "shape": "log",
+                "since": 0,
+            }
+        ]
+        + [{"t": "event", "n": i, "data": {"i": i}} for i in range(1, n + 1)]
+        + [{"t": "end", "count": n}]
+    )
 
 
 def _map_stream() -> list[dict[str, Any]]:
-    return [{"t": "collection", "v": 1, "kind": "notes", "name": "link:main", "shape": "map"},
-            {"t": "entry", "key": "a", "value": {"v": 1}},
-            {"t": "entry", "key": "b", "value": {"v": 2}},
-            {"t": "end", "count": 2}]
+    return [
+        {"t": "collection", "v": 1, "kind": "notes", "name": "link:main", "shape": "map"},
+        {"t": "entry", "key": "a", "value": {"v": 1}},
+        {"t": "entry", "key": "b", "value": {"v": 2}},
+        {"t": "end", "count": 2},
+    ]
 
 
 def _set(recs: list[dict[str, Any]], i: int, **kw: Any) -> list[dict[str, Any]]:

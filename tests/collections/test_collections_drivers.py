@@ -55,9 +55,15 @@ def test_sqlite_store_survives_fork(tmp_path: Path) -> None:
     assert [e.data["who"] for e in store.read(CONV)] == ["parent", "child"]
 
 
-@pytest.mark.parametrize(("name", "encoded"), [
-    ("link:main", "link%3Amain"), ("..", "%2E%2E"), ("a b", "a%20b"), ("ok_-9", "ok_-9"),
-])
+@pytest.mark.parametrize(
+    ("name", "encoded"),
+    [
+        ("link:main", "link%3Amain"),
+        ("..", "%2E%2E"),
+        ("a b", "a%20b"),
+        ("ok_-9", "ok_-9"),
+    ],
+)
 def test_files_names_encoded(name: str, encoded: str) -> None:
     assert encode_name(name) == encoded
 
@@ -80,7 +86,9 @@ def test_files_layout(tmp_path: Path) -> None:
     store.take_lease(CONV, "h", now_ms=1)
     d = tmp_path / "f" / "events" / "link%3Amain"
     assert sorted(p.name for p in d.iterdir() if not p.name.startswith(".")) == [
-        "000000000001.json", "turn.json"]
+        "000000000001.json",
+        "turn.json",
+    ]
     assert not [p for p in d.iterdir() if p.name.startswith(".tmp-")]  # no temporaries left
 
 
@@ -103,5 +111,6 @@ def test_files_to_sqlite_and_back_keeps_bytes_equal(tmp_path: Path) -> None:
     copy_collection(f, s, CONV)
     back = FileStore(tmp_path / "back")
     copy_collection(s, back, CONV)
-    assert ((tmp_path / "f/events/link%3Amain/000000000001.json").read_bytes()
-            == (tmp_path / "back/events/link%3Amain/000000000001.json").read_bytes())
+    assert (tmp_path / "f/events/link%3Amain/000000000001.json").read_bytes() == (
+        tmp_path / "back/events/link%3Amain/000000000001.json"
+    ).read_bytes()

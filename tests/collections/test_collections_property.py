@@ -15,32 +15,62 @@ from lnk.errors import InvalidInput
 LAPSE = 1000
 CONVS = [CollectionId("events", "link:main"), CollectionId("events", "ü:1")]
 MAPS = [CollectionId(k, "link:main") for k in ("notes", "jobs", "tools")] + [
-    CollectionId("notes", "other%20")]
+    CollectionId("notes", "other%20")
+]
 KEYS = ["a", "b", "a:b", "~x", "é"]
 HOLDERS = ["h1", "h2", "h3"]
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-                      st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
-json_obj = st.dictionaries(st.text(max_size=5), st.recursive(
-    json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c,
-                                                                  max_size=3), max_leaves=6),
-    max_size=4)
+json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+)
+json_obj = st.dictionaries(
+    st.text(max_size=5),
+    st.recursive(
+        json_leaf,
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+        max_leaves=6,
+    ),
+    max_size=4,
+)
 
 ops = st.one_of(
     st.tuples(st.just("append"), st.sampled_from(CONVS), st.integers(0, 7), json_obj),
-    st.tuples(st.just("append_many"), st.sampled_from(CONVS), st.integers(1, 7),
-              st.lists(json_obj, max_size=3)),
+    st.tuples(
+        st.just("append_many"),
+        st.sampled_from(CONVS),
+        st.integers(1, 7),
+        st.lists(json_obj, max_size=3),
+    ),
     st.tuples(st.just("put"), st.sampled_from(MAPS), st.sampled_from(KEYS), json_obj),
     st.tuples(st.just("delete"), st.sampled_from(MAPS), st.sampled_from(KEYS)),
-    st.tuples(st.just("take"), st.sampled_from(CONVS), st.sampled_from(HOLDERS),
-              st.sampled_from([0, 1, LAPSE - 1, LAPSE])),
-    st.tuples(st.just("renew"), st.sampled_from(CONVS), st.sampled_from(HOLDERS),
-              st.sampled_from([0, 1, LAPSE - 1, LAPSE])),
+    st.tuples(
+        st.just("take"),
+        st.sampled_from(CONVS),
+        st.sampled_from(HOLDERS),
+        st.sampled_from([0, 1, LAPSE - 1, LAPSE]),
+    ),
+    st.tuples(
+        st.just("renew"),
+        st.sampled_from(CONVS),
+        st.sampled_from(HOLDERS),
+        st.sampled_from([0, 1, LAPSE - 1, LAPSE]),
+    ),
     st.tuples(st.just("release"), st.sampled_from(CONVS), st.sampled_from(HOLDERS)),
-    st.tuples(st.just("import_map"), st.sampled_from(MAPS),
-              st.dictionaries(st.sampled_from(KEYS), json_obj, max_size=3)),
-    st.tuples(st.just("import_log"), st.sampled_from(CONVS), st.integers(0, 4),
-              st.lists(json_obj, max_size=3)),
+    st.tuples(
+        st.just("import_map"),
+        st.sampled_from(MAPS),
+        st.dictionaries(st.sampled_from(KEYS), json_obj, max_size=3),
+    ),
+    st.tuples(
+        st.just("import_log"),
+        st.sampled_from(CONVS),
+        st.integers(0, 4),
+        st.lists(json_obj, max_size=3),
+    ),
 )
 
 
@@ -67,13 +97,20 @@ def _apply(store: Store, op: tuple[Any, ...], clock: list[int]) -> Any:
         if name == "release":
             return store.release_lease(cid, op[2])
         if name == "import_map":
-            recs = [{"t": "collection", "v": 1, "kind": cid.kind, "name": cid.name,
-                     "shape": "map"}]
+            recs = [{"t": "collection", "v": 1, "kind": cid.kind, "name": cid.name, "shape": "map"}]
             recs += [{"t": "entry", "key": k, "value": v} for k, v in op[2].items()]
             return store.import_([*recs, {"t": "end", "count": len(op[2])}])
         since, events = op[2], op[3]
-        recs = [{"t": "collection", "v": 1, "kind": "events", "name": cid.name, "shape": "log",
-                 "since": since}]
+        recs = [
+            {
+                "t": "collection",
+                "v": 1,
+                "kind": "events",
+                "name": cid.name,
+                "shape": "log",
+                "since": since,
+            }
+        ]
         recs += [{"t": "event", "n": since + i + 1, "data": e} for i, e in enumerate(events)]
         return store.import_([*recs, {"t": "end", "count": len(events)}])
     except InvalidInput as e:
@@ -87,8 +124,9 @@ def _state(store: Store, clock: int) -> Any:
         "gets": [store.get(m, k) for m in MAPS for k in KEYS],
         "last": [store.last_number(c) for c in CONVS],
         "leases": [_lease(store.read_lease(c)) for c in CONVS],
-        "lapsed": [store.is_lapsed(le, clock) if (le := store.read_lease(c)) else None
-                   for c in CONVS],
+        "lapsed": [
+            store.is_lapsed(le, clock) if (le := store.read_lease(c)) else None for c in CONVS
+        ],
         "watermarks": [store.watermark(c) for c in CONVS + MAPS],
     }
 

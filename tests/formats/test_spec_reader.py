@@ -46,7 +46,8 @@ def spec_read(data: bytes, seed: bytes) -> tuple[bytes, list[tuple[int, bytes]]]
     sealed = data[72 + mlen : 72 + mlen + slen]
     suite = hpke.Suite(hpke.KEM.MLKEM768_X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_256_GCM)
     k = suite.decrypt(
-        sealed, hpke.MLKEM768X25519PrivateKey(mk, xk),
+        sealed,
+        hpke.MLKEM768X25519PrivateKey(mk, xk),
         info=b"lnk/stream/4/hpke\x00" + hashlib.sha256(prefix).digest(),
     )
     hh = hashlib.sha256(prefix + sealed).digest()
@@ -76,7 +77,9 @@ def spec_read(data: bytes, seed: bytes) -> tuple[bytes, list[tuple[int, bytes]]]
 @pytest.mark.parametrize("name", SUCCESS)
 def test_spec_reader_agrees(name: str) -> None:
     spec = fields(name)
-    meta, recs = spec_read((VECTORS / f"{name}.bin").read_bytes(), bytes.fromhex(spec["receiver-seed"]))
+    meta, recs = spec_read(
+        (VECTORS / f"{name}.bin").read_bytes(), bytes.fromhex(spec["receiver-seed"])
+    )
     assert meta.decode() == spec["meta"]
     h = hashlib.sha256()
     for rtype, body in recs:

@@ -197,7 +197,9 @@ def test_caller_may_reuse_its_buffer() -> None:
 
 def test_streams_through_a_pipe() -> None:
     rfd, wfd = os.pipe()
-    recs = [(i % 0x7F, body_of(RECORD_MAX - i, "random" if i % 2 else "text", i)) for i in range(12)]
+    recs = [
+        (i % 0x7F, body_of(RECORD_MAX - i, "random" if i % 2 else "text", i)) for i in range(12)
+    ]
     errors: list[BaseException] = []
 
     def send() -> None:

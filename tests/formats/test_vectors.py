@@ -28,8 +28,15 @@ def load(name: str) -> dict[str, str]:
 def test_there_are_vectors_of_every_kind() -> None:
     expects = {load(name)["expect"] for name in CASES}
     assert expects == {
-        "success", "not-lnk", "format-mismatch", "unsupported", "wrong-key",
-        "header", "payload", "truncated", "trailing",
+        "success",
+        "not-lnk",
+        "format-mismatch",
+        "unsupported",
+        "wrong-key",
+        "header",
+        "payload",
+        "truncated",
+        "trailing",
     }
 
 

@@ -41,7 +41,11 @@ def test_messages_are_answered_and_kept_in_order(start_agent: Any, store: str) -
     assert a3 == "[main] you said: elsewhere (message 1 in link:other)"
     evs = events(r.agent)
     assert [(e["type"], e["text"]) for e in evs] == [
-        ("message", "hello"), ("answer", a1), ("message", "again"), ("answer", a2)]
+        ("message", "hello"),
+        ("answer", a1),
+        ("message", "again"),
+        ("answer", a2),
+    ]
     assert evs[1]["reply_to"] == 1 and evs[3]["reply_to"] == 3
     assert [e["text"] for e in events(r.agent, "link:other")] == ["elsewhere", a3]
 
@@ -68,8 +72,9 @@ def test_key_file_is_private_and_fresh_each_start(start_agent: Any) -> None:
         client.send_message(r2.port, first, "link:main", "hi", timeout=30)
 
 
-def _raw(port: int, method: str, path: str, body: dict[str, Any] | None,
-         headers: dict[str, str]) -> tuple[int, Any]:
+def _raw(
+    port: int, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str]
+) -> tuple[int, Any]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         data = json.dumps(body).encode() if body is not None else None
@@ -99,8 +104,9 @@ def test_proof_answers_any_challenge_without_the_key(start_agent: Any) -> None:
 
     r = start_agent("main")
     challenge = os.urandom(32)
-    code, body = _raw(r.port, "POST", "/_link/proof",
-                      {"challenge": base64.b64encode(challenge).decode()}, {})
+    code, body = _raw(
+        r.port, "POST", "/_link/proof", {"challenge": base64.b64encode(challenge).decode()}, {}
+    )
     assert code == 200
     assert verify_endpoint_proof(r.key, challenge, base64.b64decode(body["proof"]))
     assert _raw(r.port, "POST", "/_link/proof", {"challenge": "%%%"}, {})[0] == 400
@@ -117,8 +123,9 @@ class _Recorder(BaseHTTPRequestHandler):
         type(self).seen.append((self.path, dict(self.headers.items())))
         n = int(self.headers.get("Content-Length", "0"))
         self.rfile.read(n)
-        data = json.dumps({"proof": base64.b64encode(os.urandom(32)).decode(),
-                           "text": "gotcha"}).encode()
+        data = json.dumps(
+            {"proof": base64.b64encode(os.urandom(32)).decode(), "text": "gotcha"}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

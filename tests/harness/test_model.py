@@ -32,16 +32,26 @@ class _Completions(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
-                                    "body": body})
+        type(self).requests.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
         if type(self).status != 200:
             data = b'{"error": {"message": "overloaded"}}'
             self.send_response(type(self).status)
         else:
             last = body["messages"][-1]["content"]
-            data = json.dumps({"id": "x", "object": "chat.completion", "choices": [
-                {"index": 0, "message": {"role": "assistant",
-                                         "content": f"model heard: {last}"}}]}).encode()
+            data = json.dumps(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": f"model heard: {last}"},
+                        }
+                    ],
+                }
+            ).encode()
             self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -73,10 +83,15 @@ def test_offline_model_is_deterministic() -> None:
 
 def test_openai_model_sends_history_name_and_key(completions: Any) -> None:
     base, handler = completions
-    model = make_model({"provider": "openai", "base_url": base, "name": "tiny-1",
-                        "key_env": "MY_KEY"}, environ={"MY_KEY": "sk-test"})
-    history = [{"type": "message", "text": "earlier"}, {"type": "answer", "text": "noted"},
-               {"type": "tool_call", "call_id": "c"}]
+    model = make_model(
+        {"provider": "openai", "base_url": base, "name": "tiny-1", "key_env": "MY_KEY"},
+        environ={"MY_KEY": "sk-test"},
+    )
+    history = [
+        {"type": "message", "text": "earlier"},
+        {"type": "answer", "text": "noted"},
+        {"type": "tool_call", "call_id": "c"},
+    ]
     assert model.answer(_turn("now", history)) == "model heard: now"
     (req,) = handler.requests
     assert req["path"] == "/v1/chat/completions"
@@ -119,18 +134,21 @@ def test_chat_completions_url() -> None:
     assert chat_completions_url("http://h:1/v1") == "http://h:1/v1/chat/completions"
     assert chat_completions_url("http://h:1/v1/") == "http://h:1/v1/chat/completions"
     assert chat_completions_url("http://h:1") == "http://h:1/v1/chat/completions"
-    assert chat_completions_url("http://h:1/v1/chat/completions") == \
-        "http://h:1/v1/chat/completions"
+    assert (
+        chat_completions_url("http://h:1/v1/chat/completions") == "http://h:1/v1/chat/completions"
+    )
 
 
 def test_agent_answers_through_its_openai_model(start_agent: Any, completions: Any) -> None:
     base, handler = completions
     model = ModelSettings(provider="openai", base_url=base, name="tiny-1", key_env="LNK_T_KEY")
     r = start_agent("main", model=model, env={"LNK_T_KEY": "sk-agent"})
-    assert client.send_message(r.port, r.key, "link:main", "ping", timeout=30) == \
-        "model heard: ping"
-    assert client.send_message(r.port, r.key, "link:main", "pong", timeout=30) == \
-        "model heard: pong"
+    assert (
+        client.send_message(r.port, r.key, "link:main", "ping", timeout=30) == "model heard: ping"
+    )
+    assert (
+        client.send_message(r.port, r.key, "link:main", "pong", timeout=30) == "model heard: pong"
+    )
     assert [q["auth"] for q in handler.requests] == ["Bearer sk-agent"] * 2
     second = [m["content"] for m in handler.requests[1]["body"]["messages"][1:]]
     assert second == ["ping", "model heard: ping", "pong"]

@@ -20,12 +20,13 @@ CID = CollectionId("events", "link:main")
 
 def _prewrite_crash(store: Store) -> None:
     assert store.append(CID, 1, {"type": "message", "from": "owner", "text": "do x"})
-    assert store.append(CID, 2, {"type": "tool_call", "call_id": "c1", "tool": "shell",
-                                 "args": {"cmd": "x"}})
-    assert store.append(CID, 3, {"type": "tool_call", "call_id": "c2", "tool": "read",
-                                 "args": {}})
-    assert store.append(CID, 4, {"type": "tool_result", "call_id": "c2", "made": True,
-                                 "text": "ok"})
+    assert store.append(
+        CID, 2, {"type": "tool_call", "call_id": "c1", "tool": "shell", "args": {"cmd": "x"}}
+    )
+    assert store.append(CID, 3, {"type": "tool_call", "call_id": "c2", "tool": "read", "args": {}})
+    assert store.append(
+        CID, 4, {"type": "tool_result", "call_id": "c2", "made": True, "text": "ok"}
+    )
     long_ago = now_ms() - 10 * store.lapse_ms
     assert store.take_lease(CID, "harness-dead", now_ms=long_ago) is not None
 
@@ -49,8 +50,15 @@ def test_crashed_turn_is_finished_before_the_new_message(start_agent: Any, drive
         evs = [(e.number, e.data) for e in store.read(CID)]
         assert store.read_lease(CID) is None  # released after the turn
     assert [d["type"] for _, d in evs] == [
-        "message", "tool_call", "tool_call", "tool_result",
-        "tool_result", "answer", "message", "answer"]
+        "message",
+        "tool_call",
+        "tool_call",
+        "tool_result",
+        "tool_result",
+        "answer",
+        "message",
+        "answer",
+    ]
     n5, not_made = evs[4]
     assert n5 == 5 and not_made["call_id"] == "c1" and not_made["made"] is False
     assert not_made["text"] == NOT_MADE

@@ -65,5 +65,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _counts["cases"]:
-        terminalreporter.write_line(f"move fault matrix: {_counts['cases']} cases, "
-                                    f"{_counts['passed']} passed")
+        terminalreporter.write_line(
+            f"move fault matrix: {_counts['cases']} cases, {_counts['passed']} passed"
+        )

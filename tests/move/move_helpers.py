@@ -61,8 +61,9 @@ class World:
         args = ["agent", "status", "--agent", AGENT, "--json"]
         r = self.lnk(*args) if place == HERE else self.lnk("box", "run", place, "--", *args)
         if r.code != 0:
-            assert "no agent" in r.err or "not found" in r.err.lower() or "moved to" in r.err, \
+            assert "no agent" in r.err or "not found" in r.err.lower() or "moved to" in r.err, (
                 f"status at {place} failed oddly ({r.code}): {r.err}"
+            )
             return None
         return dict(r.json())
 
@@ -74,8 +75,12 @@ class World:
         running = []
         for place in self.places():
             st = self.status(place)
-            if (st is not None and st.get("running") and st.get("id") == agent_id
-                    and st.get("place", HERE) == HERE):  # not its lnk asking another place
+            if (
+                st is not None
+                and st.get("running")
+                and st.get("id") == agent_id
+                and st.get("place", HERE) == HERE
+            ):  # not its lnk asking another place
                 running.append(place)
         assert len(running) == 1, f"the agent runs at {running}, not at exactly one place"
         where = running[0]
@@ -120,8 +125,10 @@ def put_file(world: World, place: str, name: str, size: int) -> Path:
 def events(world: World, place: str) -> list[dict[str, Any]]:
     chats = world.home_of(place) / "Link" / "Agents" / AGENT / "Agent" / "chats"
     store = open_agent_store(chats, "files", 60)
-    return [dict(ev.data, number=ev.number)
-            for ev in store.iter_events(CollectionId("events", "link:main"))]
+    return [
+        dict(ev.data, number=ev.number)
+        for ev in store.iter_events(CollectionId("events", "link:main"))
+    ]
 
 
 def answered_once(world: World, place: str, texts: list[str]) -> None:
@@ -158,8 +165,9 @@ class Chatter:
         while not self._stop.is_set() or i < 2:
             text = f"{self.tag}-{i}"
             i += 1
-            r = self.world.lnk("agent", "chat", "send", "--agent", AGENT, "--json", text,
-                               timeout=300)
+            r = self.world.lnk(
+                "agent", "chat", "send", "--agent", AGENT, "--json", text, timeout=300
+            )
             if r.code == 0:
                 self.sent.append(text)
                 self.answers[text] = str(r.json()["answer"])
@@ -206,7 +214,7 @@ def kill_agents(homes: list[Path]) -> None:
         for pidfile in (home / ".lnk" / "agents").glob("*/runner.pid"):
             with contextlib.suppress(ValueError, OSError):
                 pid = int(pidfile.read_text().strip())
-                if b"lnk.agents.runner" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"lnk.runtime.runner" not in Path(f"/proc/{pid}/cmdline").read_bytes():
                     continue  # not ours (a stale pidfile)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)

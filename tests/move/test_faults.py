@@ -30,12 +30,16 @@ LOCAL = [
     ("receiver", "receive:mid-bulk", "src"),
     ("receiver", "receive:mid-final", "src"),
 ]
-BOX_TO_BOX = [c for c in LOCAL if c[1] in ("move:after-pause", "move:after-commit",
-                                           "send:mid-final", "receive:mid-final")]
+BOX_TO_BOX = [
+    c
+    for c in LOCAL
+    if c[1] in ("move:after-pause", "move:after-commit", "send:mid-final", "receive:mid-final")
+]
 
 
-def _run_fault(world: World, src: str, dst: str, fault_env: dict[str, str], ends: str,
-               tag: str) -> None:
+def _run_fault(
+    world: World, src: str, dst: str, fault_env: dict[str, str], ends: str, tag: str
+) -> None:
     agent_id = make_agent(world)
     if src != HERE:
         world.ok("agent", "move", "--agent", AGENT, "--to", src)
@@ -56,16 +60,19 @@ def test_fault_local_here_to_box(world: World, victim: str, point: str, ends: st
     _run_fault(world, HERE, "b1", {"LNK_FAULT": point}, ends, f"{victim}-{point}")
 
 
-@pytest.mark.parametrize(("victim", "point", "ends"), BOX_TO_BOX,
-                         ids=[c[1] for c in BOX_TO_BOX])
+@pytest.mark.parametrize(("victim", "point", "ends"), BOX_TO_BOX, ids=[c[1] for c in BOX_TO_BOX])
 def test_fault_local_box_to_box(world: World, victim: str, point: str, ends: str) -> None:
     _run_fault(world, "b1", "b2", {"LNK_FAULT": point}, ends, f"bb-{victim}-{point}")
 
 
 def _ssh_env(world: World, tmp_path: Path, spec: str = "", nth: int = 1) -> dict[str, str]:
-    return {"LNK_SSH_COMMAND": f"{PYTHON} {SSHFAULT} {world.env['LNK_SSH_COMMAND'][4:]}",
-            "SSHFAULT": spec, "SSHFAULT_NTH": str(nth),
-            "SSHFAULT_ONCE": str(tmp_path / "fired"), "SSHFAULT_DOWN": str(tmp_path / "down")}
+    return {
+        "LNK_SSH_COMMAND": f"{PYTHON} {SSHFAULT} {world.env['LNK_SSH_COMMAND'][4:]}",
+        "SSHFAULT": spec,
+        "SSHFAULT_NTH": str(nth),
+        "SSHFAULT_ONCE": str(tmp_path / "fired"),
+        "SSHFAULT_DOWN": str(tmp_path / "down"),
+    }
 
 
 SSH = [  # (victim, how, where it ends)
@@ -78,8 +85,9 @@ SSH = [  # (victim, how, where it ends)
 
 
 @pytest.mark.parametrize(("victim", "how", "ends"), SSH, ids=[c[1] for c in SSH])
-def test_fault_ssh_box_to_box(ssh_world: World, tmp_path: Path, victim: str, how: str,
-                              ends: str) -> None:
+def test_fault_ssh_box_to_box(
+    ssh_world: World, tmp_path: Path, victim: str, how: str, ends: str
+) -> None:
     """hostA -> hostB: both legs run over SSH from this computer."""
     env = _ssh_env(ssh_world, tmp_path, how) if victim == "ssh" else {"LNK_FAULT": how}
     _run_fault(ssh_world, "hostA", "hostB", env, ends, f"ssh-{victim}")

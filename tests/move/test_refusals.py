@@ -35,9 +35,13 @@ def test_a_box_that_stops_answering(ssh_world: World, tmp_path: Path) -> None:
     journal keeps the move until hostA answers, and the next start removes its copy there."""
     agent_id = make_agent(ssh_world)
     down = tmp_path / "down"
-    env = {"LNK_SSH_COMMAND": f"{PYTHON} {SSHFAULT} {ssh_world.env['LNK_SSH_COMMAND'][4:]}",
-           "SSHFAULT": "state-receive --receiver|after", "SSHFAULT_NTH": "2",
-           "SSHFAULT_ONCE": str(tmp_path / "fired"), "SSHFAULT_DOWN": str(down)}
+    env = {
+        "LNK_SSH_COMMAND": f"{PYTHON} {SSHFAULT} {ssh_world.env['LNK_SSH_COMMAND'][4:]}",
+        "SSHFAULT": "state-receive --receiver|after",
+        "SSHFAULT_NTH": "2",
+        "SSHFAULT_ONCE": str(tmp_path / "fired"),
+        "SSHFAULT_DOWN": str(down),
+    }
     r = ssh_world.lnk("agent", "move", "--agent", AGENT, "--to", "hostA", env=env)
     assert r.code != 0 and down.exists(), r.err
     st = ssh_world.status(HERE)
@@ -55,12 +59,15 @@ def test_a_box_that_stops_answering(ssh_world: World, tmp_path: Path) -> None:
 def test_another_stream_format_is_refused(ssh_world: World, tmp_path: Path) -> None:
     agent_id = make_agent(ssh_world)
     fake = tmp_path / "old-lnk"
-    fake.write_text('#!/bin/sh\nif [ "$1" = version ]; then\n'
-                    '  echo \'{"version": "0.0.9", "stream_format": 3}\'; exit 0\nfi\n'
-                    'exec lnk "$@"\n')
+    fake.write_text(
+        '#!/bin/sh\nif [ "$1" = version ]; then\n'
+        '  echo \'{"version": "0.0.9", "stream_format": 3}\'; exit 0\nfi\n'
+        'exec lnk "$@"\n'
+    )
     fake.chmod(0o755)
-    r = ssh_world.lnk("agent", "move", "--agent", AGENT, "--to", "hostA",
-                      env={"LNK_REMOTE_LNK": str(fake)})
+    r = ssh_world.lnk(
+        "agent", "move", "--agent", AGENT, "--to", "hostA", env={"LNK_REMOTE_LNK": str(fake)}
+    )
     assert r.code != 0 and "format 3" in r.err and "4" in r.err, r.err
     assert not (ssh_world.boxes["hostA"] / ".lnk" / "receivers").exists()
     _answers_here(ssh_world, agent_id)

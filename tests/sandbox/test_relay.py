@@ -51,6 +51,7 @@ def test_relay_carries_bytes_both_ways(echo_sock: tuple[Path, list[int]]) -> Non
     try:
         payload = os.urandom(3 << 20)
         with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as c:
+
             def send() -> None:
                 c.sendall(payload)
                 c.shutdown(socket.SHUT_WR)

@@ -16,10 +16,10 @@ import pytest
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.agents.runner import descendants
 from lnk.collections import CollectionId, open_store
 from lnk.errors import SandboxUnavailable
 from lnk.harness import client
+from lnk.runtime.runner import descendants
 from lnk.sandbox.bwrap import bwrap_argv, check_bwrap
 
 
@@ -62,14 +62,20 @@ def sh(agent: registry.Agent, script: str) -> subprocess.CompletedProcess[str]:
     return run_in(agent, ["/bin/sh", "-c", script])
 
 
-def test_the_sandbox_hides_settings_keys_and_other_agents(agent: registry.Agent,
-                                                          home: Path) -> None:
+def test_the_sandbox_hides_settings_keys_and_other_agents(
+    agent: registry.Agent, home: Path
+) -> None:
     other = registry.create(Machine.current(), "other")
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_ed25519").write_text("secret")
     assert (home / ".config" / "lnk" / "agents" / "main.toml").exists()
-    for hidden in (home / ".config" / "lnk", home / ".ssh", home / ".lnk",
-                   other.folders.root, home / "Link" / "Agents" / "other"):
+    for hidden in (
+        home / ".config" / "lnk",
+        home / ".ssh",
+        home / ".lnk",
+        other.folders.root,
+        home / "Link" / "Agents" / "other",
+    ):
         p = sh(agent, f"test -e '{hidden}'")
         assert p.returncode == 1, f"{hidden} is visible inside the sandbox"
     p = sh(agent, f"ls -a '{home}'")
@@ -79,15 +85,22 @@ def test_the_sandbox_hides_settings_keys_and_other_agents(agent: registry.Agent,
 
 def test_home_is_writable_and_config_is_not(agent: registry.Agent) -> None:
     f = agent.folders
-    p = sh(agent, f"echo hi > '{f.home}/made-inside' && echo note > '{f.agent}/memory/n'"
-                  f" && echo c > '{f.chats}/c'")
+    p = sh(
+        agent,
+        f"echo hi > '{f.home}/made-inside' && echo note > '{f.agent}/memory/n'"
+        f" && echo c > '{f.chats}/c'",
+    )
     assert p.returncode == 0, p.stderr
     assert (f.home / "made-inside").read_text() == "hi\n"
     assert (f.agent / "memory" / "n").read_text() == "note\n"
     before = f.sandbox_toml.read_text()
     assert sh(agent, f"cat '{f.sandbox_toml}'").stdout == before
-    for target in (f.sandbox_toml, f.config / "new.toml",
-                   f.agent / "instructions" / "x", f.agent / "skills" / "x"):
+    for target in (
+        f.sandbox_toml,
+        f.config / "new.toml",
+        f.agent / "instructions" / "x",
+        f.agent / "skills" / "x",
+    ):
         p = sh(agent, f"echo '[network]' >> '{target}'")
         assert p.returncode != 0, f"{target} is writable inside the sandbox"
         assert "Read-only file system" in p.stderr
@@ -132,8 +145,9 @@ def test_host_loopback_is_unreachable_inside(agent: registry.Agent, host_server:
     assert subprocess.run(probe, timeout=60).returncode == 0  # reachable from the host
     p = run_in(agent, probe)
     assert p.returncode == 1, p.stderr
-    p = run_in(agent, [sys.executable, "-c",
-                       "import socket; print([n for _, n in socket.if_nameindex()])"])
+    p = run_in(
+        agent, [sys.executable, "-c", "import socket; print([n for _, n in socket.if_nameindex()])"]
+    )
     assert p.stdout.strip() == "['lo']"
 
 
@@ -157,14 +171,20 @@ def test_sandboxed_agent_answers_through_the_relay(start_agent: Any) -> None:
     assert r.stop() == 0
     assert not sock.exists() and not (r.agent.runtime / "key").exists()
     for p in inner:
-        assert not Path(f"/proc/{p}").exists() or \
-            Path(f"/proc/{p}/status").read_text().find("State:\tZ") >= 0
+        assert (
+            not Path(f"/proc/{p}").exists()
+            or Path(f"/proc/{p}/status").read_text().find("State:\tZ") >= 0
+        )
 
 
 def test_harness_inside_sees_its_key_but_not_the_runtime(start_agent: Any) -> None:
     r = start_agent("main", sandbox=True)
-    inner = [sys.executable, "-c", "import os,sys; "
-             "sys.exit(0 if os.path.getsize('/run/lnk/key') == 32 and "
-             f"not os.path.exists('{r.agent.runtime}') else 1)"]
+    inner = [
+        sys.executable,
+        "-c",
+        "import os,sys; "
+        "sys.exit(0 if os.path.getsize('/run/lnk/key') == 32 and "
+        f"not os.path.exists('{r.agent.runtime}') else 1)",
+    ]
     argv = bwrap_argv(r.agent, inner, bwrap=check_bwrap())
     assert subprocess.run(argv, timeout=60).returncode == 0

@@ -12,17 +12,17 @@ from hosts import Hosts, run_lnk
 
 import lnk
 from lnk.errors import AlreadyExists, InvalidInput, NotFound
+from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.transport import boxes
 from lnk.transport.legs import LocalLeg, SshLeg
 
 
-def test_ssh_box_add_list_run_remove(cli_env: dict[str, str], ssh_env: Hosts,
-                                     home: Path) -> None:
+def test_ssh_box_add_list_run_remove(cli_env: dict[str, str], ssh_env: Hosts, home: Path) -> None:
     code, out, err = run_lnk("box", "add", "a", "hostA", "--json", env=cli_env)
     assert code == 0, err
     added = json.loads(out)
     assert added["action"] == "found"
-    assert added["after"] == {"version": lnk.__version__, "stream_format": lnk.STREAM_FORMAT}
+    assert added["after"] == {"version": lnk.__version__, "stream_format": STREAM_FORMAT}
 
     code, out, _ = run_lnk("box", "list", "--json", env=cli_env)
     assert code == 0
@@ -33,13 +33,23 @@ def test_ssh_box_add_list_run_remove(cli_env: dict[str, str], ssh_env: Hosts,
     # stdout and exit code of the command there pass through
     code, out, err = run_lnk("box", "run", "a", "--", "version", "--json", env=cli_env)
     assert code == 0, err
-    assert json.loads(out)["stream_format"] == lnk.STREAM_FORMAT
+    assert json.loads(out)["stream_format"] == STREAM_FORMAT
     code, out, err = run_lnk("box", "run", "a", "--", "box", "remove", "ghost", env=cli_env)
     assert code == NotFound.exit_code
     assert "there is no box named 'ghost'" in err
     # it ran there: hostA's own HOME, not ours
-    run_lnk("box", "run", "a", "--", "box", "add", "inner", "--local",
-            str(ssh_env["hostA"].home / "inner"), env=cli_env)
+    run_lnk(
+        "box",
+        "run",
+        "a",
+        "--",
+        "box",
+        "add",
+        "inner",
+        "--local",
+        str(ssh_env["hostA"].home / "inner"),
+        env=cli_env,
+    )
     assert (ssh_env["hostA"].home / ".config" / "lnk" / "boxes.toml").exists()
     assert "inner" not in (home / ".config" / "lnk" / "boxes.toml").read_text()
 
@@ -58,8 +68,9 @@ def test_local_box(cli_env: dict[str, str], tmp_path: Path) -> None:
     code, out, _ = run_lnk("box", "list", env=cli_env)
     assert "here" in out and f"local:{other}" in out
     # a command run there writes under that HOME
-    code, _, err = run_lnk("box", "run", "here", "--", "box", "add", "x", "--local",
-                           str(tmp_path / "x"), env=cli_env)
+    code, _, err = run_lnk(
+        "box", "run", "here", "--", "box", "add", "x", "--local", str(tmp_path / "x"), env=cli_env
+    )
     assert code == 0, err
     assert (other / ".config" / "lnk" / "boxes.toml").exists()
     code, _, err = run_lnk("box", "add", "here", "--local", str(other), env=cli_env)
@@ -74,15 +85,17 @@ def test_add_installs_then_upgrades(cli_env: dict[str, str], ssh_env: Hosts) -> 
     assert ssh_env.ssh("hostC", 'rm -rf "$HOME/.local"').returncode == 0
     try:
         # an old lnk: no `version --json`, reports 0.0.1
-        fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "lnk, version 0.0.1"; exit 0; }\n'
-                        'echo "Error: No such command" >&2; exit 2\n')
+        fake.write_text(
+            '#!/bin/sh\n[ "$1" = --version ] && { echo "lnk, version 0.0.1"; exit 0; }\n'
+            'echo "Error: No such command" >&2; exit 2\n'
+        )
         fake.chmod(0o755)
         code, out, err = run_lnk("box", "add", "c", "hostC", "--json", env=cli_env)
         assert code == 0, err
         report = json.loads(out)
         assert report["action"] == "upgraded"
         assert report["before"] == {"version": "0.0.1", "stream_format": None}
-        assert report["after"]["stream_format"] == lnk.STREAM_FORMAT
+        assert report["after"]["stream_format"] == STREAM_FORMAT
         assert (c.home / ".local" / "bin" / "lnk").exists()
 
         # nothing at all: installed
@@ -94,7 +107,7 @@ def test_add_installs_then_upgrades(cli_env: dict[str, str], ssh_env: Hosts) -> 
         assert code == 0, err
         assert f"box c: installed lnk {lnk.__version__}" in err
         r = ssh_env.ssh("hostC", "lnk version --json")
-        assert json.loads(r.stdout)["stream_format"] == lnk.STREAM_FORMAT
+        assert json.loads(r.stdout)["stream_format"] == STREAM_FORMAT
     finally:
         fake.unlink(missing_ok=True)
 
@@ -148,12 +161,12 @@ def test_ssh_box_leg_carries_remote_lnk(home: Path) -> None:
 
 
 def test_needs_install() -> None:
-    ours = {"version": lnk.__version__, "stream_format": lnk.STREAM_FORMAT}
+    ours = {"version": lnk.__version__, "stream_format": STREAM_FORMAT}
     assert not boxes.needs_install(ours)
     assert not boxes.needs_install(ours | {"version": "99.0"})
     assert boxes.needs_install(None)
     assert boxes.needs_install(ours | {"version": "0.0.1"})
-    assert boxes.needs_install(ours | {"stream_format": lnk.STREAM_FORMAT - 1})
+    assert boxes.needs_install(ours | {"stream_format": STREAM_FORMAT - 1})
     assert boxes.needs_install(ours | {"stream_format": None})
 
 

@@ -21,8 +21,10 @@ def _dead_pid() -> int:
 
 
 def _names() -> str:
-    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout + \
-        subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return (
+        subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        + subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    )
 
 
 def test_stale_namespaces_and_links_are_removed() -> None:

@@ -13,8 +13,9 @@ from typing import IO, Any
 import pytest
 from hosts import Hosts
 
-from lnk import STREAM_FORMAT, __version__
+from lnk import __version__
 from lnk.errors import InvalidInput, LnkError, NotFound, TransportError
+from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.transport.legs import Leg, SshLeg, pipe
 
 SIZE = 64 << 20
@@ -91,8 +92,9 @@ def test_stream_64mib_both_ways(leg: tuple[Leg, Path], tmp_path: Path) -> None:
     digest = _write_blob(blob, SIZE, seed=1)
     # up: a file as stdin, the far end hashes what it stored
     with blob.open("rb") as f:
-        r = place.run_shell('mkdir -p "$HOME" && cat > "$HOME/blob" && sha256sum "$HOME/blob"',
-                            stdin=f)
+        r = place.run_shell(
+            'mkdir -p "$HOME" && cat > "$HOME/blob" && sha256sum "$HOME/blob"', stdin=f
+        )
     assert r.stdout.split()[0].decode() == digest
     # down: stdout read as a stream
     with place.popen_shell('cat "$HOME/blob"') as p:
@@ -121,8 +123,9 @@ def test_stream_64mib_both_ways(leg: tuple[Leg, Path], tmp_path: Path) -> None:
 def test_pipe_between_legs_fd_to_fd(leg: tuple[Leg, Path]) -> None:
     place, _ = leg
     n = 8 << 20
-    src_hash = place.run_shell(f'mkdir -p "$HOME" && head -c {n} /dev/urandom > "$HOME/src" '
-                               '&& sha256sum < "$HOME/src"').stdout.split()[0]
+    src_hash = place.run_shell(
+        f'mkdir -p "$HOME" && head -c {n} /dev/urandom > "$HOME/src" && sha256sum < "$HOME/src"'
+    ).stdout.split()[0]
     res = pipe(place, 'cat "$HOME/src"', place, 'cat > "$HOME/dst"')
     assert (res.source_code, res.sink_code) == (0, 0)
     assert place.run_shell('sha256sum < "$HOME/dst"').stdout.split()[0] == src_hash
@@ -132,7 +135,9 @@ def test_box_to_box_through_this_computer(ssh_env: Hosts) -> None:
     """hostA's random bytes stream through this computer into hostB; the hashes match."""
     a, b = SshLeg("hostA"), SshLeg("hostB")
     n = 32 << 20
-    res = pipe(a, f'head -c {n} /dev/urandom | tee "$HOME/sent"', b, 'sha256sum > "$HOME/received.sha"')
+    res = pipe(
+        a, f'head -c {n} /dev/urandom | tee "$HOME/sent"', b, 'sha256sum > "$HOME/received.sha"'
+    )
     assert (res.source_code, res.sink_code) == (0, 0)
     sent = a.run_shell('sha256sum < "$HOME/sent"').stdout.split()[0]
     received = b.run_shell('cat "$HOME/received.sha"').stdout.split()[0]
@@ -180,5 +185,11 @@ def test_remote_command_quotes_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("LNK_SSH_COMMAND", "ssh -F '/my dir/cfg'")
     monkeypatch.setenv("LNK_REMOTE_LNK", "env HOME=/x python3 -m lnk")
     argv = SshLeg("box1").argv(["agent", "it's", "$HOME"])
-    assert argv == ["ssh", "-F", "/my dir/cfg", "box1", "--",
-                    "env HOME=/x python3 -m lnk agent 'it'\"'\"'s' '$HOME'"]
+    assert argv == [
+        "ssh",
+        "-F",
+        "/my dir/cfg",
+        "box1",
+        "--",
+        "env HOME=/x python3 -m lnk agent 'it'\"'\"'s' '$HOME'",
+    ]

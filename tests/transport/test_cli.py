@@ -33,8 +33,9 @@ def _make(home: Path) -> registry.Agent:
 
 
 def _prepare(home: Path, *extra: str) -> dict[str, str]:
-    info = json.loads(cli_ok("agent", "state-receive", "--prepare", "--json", *extra,
-                             home=home).stdout)
+    info = json.loads(
+        cli_ok("agent", "state-receive", "--prepare", "--json", *extra, home=home).stdout
+    )
     assert info["receiver"].startswith("rcv-") and info["format"] == 4
     return info
 
@@ -46,8 +47,9 @@ def test_prepare_send_receive(tmp_path: Path) -> None:
     key = Machine(hb).receivers_dir / info["receiver"] / "key"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     stream = tmp_path / "stream"
-    cli_ok("agent", "state-send", "--agent", "work", "--to", info["public_key"], home=ha,
-           stdout=stream)
+    cli_ok(
+        "agent", "state-send", "--agent", "work", "--to", info["public_key"], home=ha, stdout=stream
+    )
     assert stream.read_bytes().startswith(b"\x89LNK\r\n\x1a\n\x00\x04")
     p = cli_ok("agent", "state-receive", "--receiver", info["receiver"], home=hb, stdin=stream)
     assert b"received work" in p.stderr
@@ -56,7 +58,8 @@ def test_prepare_send_receive(tmp_path: Path) -> None:
     assert b.id == a.id
     assert agent_files(b.folders.root) == agent_files(a.folders.root)
     assert (b.folders.home / "hard.txt").stat().st_ino == (
-        b.folders.home / "docs" / "a.txt").stat().st_ino
+        b.folders.home / "docs" / "a.txt"
+    ).stat().st_ino
     assert collections_of(b) == collections_of(a)
 
 
@@ -65,15 +68,18 @@ def test_grants_dropped_are_named_on_stderr_and_in_json(tmp_path: Path) -> None:
     a = _make(ha)
     a.folders.sandbox_toml.write_text(
         '[files]\nread = ["~"]\nwrite = ["."]\n[network]\nmode = "host"\n'
-        '[commands]\nallow = ["git", "/bin/sh"]\n')
+        '[commands]\nallow = ["git", "/bin/sh"]\n'
+    )
     stream = tmp_path / "stream"
     info = _prepare(hb)
     cli_ok("agent", "state-send", "--to", info["public_key"], home=ha, stdout=stream)
-    p = cli_ok("agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb,
-               stdin=stream)
+    p = cli_ok(
+        "agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb, stdin=stream
+    )
     rep = json.loads(p.stdout)
-    assert sorted(rep["dropped_grants"]) == sorted(["--read '~'", "--network-mode host",
-                                                    "--command /bin/sh"])
+    assert sorted(rep["dropped_grants"]) == sorted(
+        ["--read '~'", "--network-mode host", "--command /bin/sh"]
+    )
     err = p.stderr.decode()
     assert "lnk agent allow --read '~' --agent work" in err
     assert "lnk agent allow --network-mode host --agent work" in err
@@ -112,8 +118,9 @@ def test_bulk_final_and_inventory(tmp_path: Path) -> None:
     info = _prepare(hb)
     key = Machine(hb).receivers_dir / info["receiver"] / "key"
     bulk, final, inv = tmp_path / "bulk", tmp_path / "final", tmp_path / "inv"
-    cli_ok("agent", "state-send", "--to", info["public_key"], "--phase", "bulk", home=ha,
-           stdout=bulk)
+    cli_ok(
+        "agent", "state-send", "--to", info["public_key"], "--phase", "bulk", home=ha, stdout=bulk
+    )
     p = cli_ok("agent", "state-receive", "--receiver", info["receiver"], home=hb, stdin=bulk)
     assert b"staged (bulk phase)" in p.stderr
     assert key.exists()
@@ -126,17 +133,31 @@ def test_bulk_final_and_inventory(tmp_path: Path) -> None:
     finally:
         s.close()
     write(a.folders.home / "docs" / "new.txt", b"brand new\n")
-    cli_ok("agent", "state-receive", "--receiver", info["receiver"], "--inventory", home=hb,
-           stdout=inv)
+    cli_ok(
+        "agent", "state-receive", "--receiver", info["receiver"], "--inventory", home=hb, stdout=inv
+    )
     report = tmp_path / "report.json"
-    cli_ok("agent", "state-send", "--to", info["public_key"], "--phase", "final",
-           "--inventory", str(inv), "--report", str(report), home=ha, stdout=final)
+    cli_ok(
+        "agent",
+        "state-send",
+        "--to",
+        info["public_key"],
+        "--phase",
+        "final",
+        "--inventory",
+        str(inv),
+        "--report",
+        str(report),
+        home=ha,
+        stdout=final,
+    )
     rep = json.loads(report.read_text())
     assert rep["data_bytes"] == len(b"brand new\n")
     # the log carries only its two new events; the three maps go whole (2 + 1 lines each)
     assert rep["collection_records"] == (2 + 2) + 3 * 3
-    p = cli_ok("agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb,
-               stdin=final)
+    p = cli_ok(
+        "agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb, stdin=final
+    )
     assert json.loads(p.stdout)["committed"] is True
     assert not key.exists()
     b = registry.find(Machine(hb), "work")
@@ -155,11 +176,23 @@ def test_second_send_with_inventory_through_the_cli(tmp_path: Path) -> None:
     info = _prepare(hb, "--agent-id", a.id)
     assert int(info["holds"]) >= 2
     inv, report = tmp_path / "inv", tmp_path / "report.json"
-    cli_ok("agent", "state-receive", "--receiver", info["receiver"], "--inventory", home=hb,
-           stdout=inv)
-    cli_ok("agent", "state-send", "--to", info["public_key"], "--inventory", str(inv),
-           "--report", str(report), home=ha, stdout=stream)
+    cli_ok(
+        "agent", "state-receive", "--receiver", info["receiver"], "--inventory", home=hb, stdout=inv
+    )
+    cli_ok(
+        "agent",
+        "state-send",
+        "--to",
+        info["public_key"],
+        "--inventory",
+        str(inv),
+        "--report",
+        str(report),
+        home=ha,
+        stdout=stream,
+    )
     assert json.loads(report.read_text())["data_bytes"] == 0
-    p = cli_ok("agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb,
-               stdin=stream)
+    p = cli_ok(
+        "agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb, stdin=stream
+    )
     assert json.loads(p.stdout)["data_bytes"] == 0

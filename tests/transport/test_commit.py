@@ -27,7 +27,7 @@ from transport_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.errors import TransportError
-from lnk.transport import commit, staging
+from lnk.payload import commit, staging
 
 
 class Crash(Exception):
@@ -47,8 +47,9 @@ def _complete(a: Any, dst: Machine) -> None:
     assert not any((dst.receivers_dir).iterdir())
 
 
-def test_crash_right_after_decide_rolls_forward(src: Machine, dst: Machine,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_right_after_decide_rolls_forward(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = sample_agent(src)
     r = prepare(dst)
     data, _ = send_bytes(a, r)
@@ -67,8 +68,9 @@ def test_crash_right_after_decide_rolls_forward(src: Machine, dst: Machine,
     assert commit.finish_pending(dst) == []
 
 
-def test_the_next_receive_finishes_a_decided_commit(src: Machine, dst: Machine,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_next_receive_finishes_a_decided_commit(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = sample_agent(src)
     r = prepare(dst)
     data, _ = send_bytes(a, r)
@@ -83,8 +85,9 @@ def test_the_next_receive_finishes_a_decided_commit(src: Machine, dst: Machine,
     assert load_agent(dst, "other").id == other.id
 
 
-def test_crash_after_the_agent_state_moved_rolls_forward(src: Machine, dst: Machine,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_after_the_agent_state_moved_rolls_forward(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = sample_agent(src)
     move(a, dst)
     write(load_agent(dst).folders.agent / "memory" / "stale.md", b"stale")
@@ -107,8 +110,9 @@ def test_crash_after_the_agent_state_moved_rolls_forward(src: Machine, dst: Mach
     _complete(a, dst)
 
 
-def test_crash_between_the_two_renames_rolls_forward(src: Machine, dst: Machine,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_crash_between_the_two_renames_rolls_forward(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = sample_agent(src)
     move(a, dst)
     write(a.folders.agent / "memory" / "more.md", b"more")
@@ -152,7 +156,8 @@ class _FullFile:
 
 @pytest.mark.parametrize("room", [0, 100_000])
 def test_disk_full_while_staging_leaves_the_destination_unchanged(
-        src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch, room: int
+) -> None:
     a = sample_agent(src)
     move(a, dst)
     write(a.folders.home / "big.bin", os.urandom(400_000))
@@ -161,8 +166,9 @@ def test_disk_full_while_staging_leaves_the_destination_unchanged(
     before = machine_tree(dst)
     left = [room]
     real_open = open
-    monkeypatch.setattr(staging, "open", lambda *a, **k: _FullFile(real_open(*a, **k), left),
-                        raising=False)
+    monkeypatch.setattr(
+        staging, "open", lambda *a, **k: _FullFile(real_open(*a, **k), left), raising=False
+    )
     with pytest.raises(TransportError, match="disk is full") as info:
         receive_bytes(dst, r, data)
     assert info.value.hint and "nothing was applied" in info.value.hint

@@ -68,8 +68,9 @@ def test_without_agent_id_everything_travels_again(src: Machine, dst: Machine) -
 
 
 @pytest.mark.parametrize("cut", [0.5, 0.8])
-def test_retry_after_an_interrupted_receive_sends_only_the_rest(src: Machine, dst: Machine,
-                                                                cut: float) -> None:
+def test_retry_after_an_interrupted_receive_sends_only_the_rest(
+    src: Machine, dst: Machine, cut: float
+) -> None:
     a, blobs = _agent_with_files(src, n=8)
     total = sum(map(len, blobs.values())) + len(b"remember this\n")
     r1 = prepare(dst, a.id)
@@ -91,7 +92,7 @@ def test_retry_after_an_interrupted_receive_sends_only_the_rest(src: Machine, ds
 
 
 def test_inventory_round_trips_its_bytes(src: Machine, dst: Machine) -> None:
-    from lnk.transport.inventory import Inventory
+    from lnk.payload.inventory import Inventory
 
     a, blobs = _agent_with_files(src, n=2)
     move(a, dst)
@@ -100,6 +101,7 @@ def test_inventory_round_trips_its_bytes(src: Machine, dst: Machine) -> None:
     back = Inventory.from_bytes(inv.to_bytes())
     assert len(back) == len(inv) >= 3
     from transport_helpers import sha
+
     for blob in blobs.values():
         assert sha(blob) in back
     assert sha(b"not there") not in back

@@ -48,10 +48,21 @@ allow = ["git", "/usr/bin/curl", "*", "py*"]
 x = 1
 """
 
-DROPPED = ["--read '~'", "--read '/etc'", "--read '../up'", "--network-mode host",
-           "--lan-host 192.168.1.5", "--port 8080", "--browser-host 10.0.0.2",
-           "--tcp github.com:22", "--tool docker", "--command /usr/bin/curl", "--command *",
-           "--command py*", "[mystery] (not a section this lnk knows)"]
+DROPPED = [
+    "--read '~'",
+    "--read '/etc'",
+    "--read '../up'",
+    "--network-mode host",
+    "--lan-host 192.168.1.5",
+    "--port 8080",
+    "--browser-host 10.0.0.2",
+    "--tcp github.com:22",
+    "--tool docker",
+    "--command /usr/bin/curl",
+    "--command *",
+    "--command py*",
+    "[mystery] (not a section this lnk knows)",
+]
 
 
 def test_wide_grants_are_dropped_and_named(src: Machine, dst: Machine) -> None:
@@ -60,8 +71,11 @@ def test_wide_grants_are_dropped_and_named(src: Machine, dst: Machine) -> None:
     _, rrep = move(a, dst)
     assert sorted(rrep.dropped_grants) == sorted(DROPPED)
     got = grants.parse(load_agent(dst).folders.sandbox_toml.read_text())
-    assert got == {"files": {"read": ["projects"], "write": ["."]},
-                   "internet": {"hosts": ["*"]}, "commands": {"allow": ["git"]}}
+    assert got == {
+        "files": {"read": ["projects"], "write": ["."]},
+        "internet": {"hosts": ["*"]},
+        "commands": {"allow": ["git"]},
+    }
 
 
 def test_an_agent_coming_back_keeps_this_machines_grants(src: Machine, dst: Machine) -> None:
@@ -123,8 +137,9 @@ def test_coming_back_replaces_agent_state_and_adds_to_home(src: Machine, dst: Ma
     assert b.settings.port_base == port_base  # this machine's ports stay
 
 
-def test_collections_not_in_the_stream_are_gone_after_coming_back(src: Machine,
-                                                                   dst: Machine) -> None:
+def test_collections_not_in_the_stream_are_gone_after_coming_back(
+    src: Machine, dst: Machine
+) -> None:
     from lnk.agents.stores import open_agent_store
     from lnk.collections import CollectionId
 

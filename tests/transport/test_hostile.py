@@ -30,8 +30,8 @@ from transport_helpers import (
 from lnk.agents.layout import Machine
 from lnk.agents.settings import new_agent_id
 from lnk.errors import FormatMismatch, Refused, StreamError
-from lnk.formats import manifest as M
-from lnk.transport.receivers import Receiver
+from lnk.payload import manifest as M
+from lnk.payload.receivers import Receiver
 
 OWNER = "local-hostiletest"
 VECTORS = Path(__file__).parent.parent / "vectors" / "stream"
@@ -47,7 +47,9 @@ class Dest:
     def head(self, **kw: Any) -> dict[str, Any]:
         return head(self.agent_id, OWNER, **kw)
 
-    def refuse(self, data: bytes, exc: type[Exception] = StreamError, match: str | None = None) -> str:
+    def refuse(
+        self, data: bytes, exc: type[Exception] = StreamError, match: str | None = None
+    ) -> str:
         with pytest.raises(exc, match=match) as info:
             receive_bytes(self.machine, self.r, data)
         assert machine_tree(self.machine) == self.before, "the destination changed"
@@ -70,53 +72,63 @@ def dest(dst: Machine, tmp_path: Path) -> Dest:
     return Dest(dst, r, a.id, machine_tree(dst))
 
 
-def files(dest: Dest, entries: list[dict[str, Any]], data: bytes = b"",
-          collections: bytes = b"") -> bytes:
+def files(
+    dest: Dest, entries: list[dict[str, Any]], data: bytes = b"", collections: bytes = b""
+) -> bytes:
     return dest.send(payload(dest.head(), roots() + entries, data, collections))
 
 
 # ---- paths -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("path", "match"), [
-    ("Home/../Config/sandbox.toml", r"'\.\.'"),
-    ("Home/docs/../../x", r"'\.\.'"),
-    ("/etc/passwd", "absolute"),
-    ("Home/a\x00b", "NUL"),
-    ("Home/a\nb", "control character"),
-    ("Home/a\x1bb", "control character"),
-    ("Config/x", "outside the agent's folders"),
-    ("Config/sandbox.toml", "outside the agent's folders"),
-    (".ssh/authorized_keys", "outside the agent's folders"),
-    ("Agent/chats/x", "outside the agent's folders"),
-    ("Home//x", "empty"),
-    ("Home/./x", r"'\.'"),
-    ("Home/" + "n" * 300, "longer than 255"),
-])
+@pytest.mark.parametrize(
+    ("path", "match"),
+    [
+        ("Home/../Config/sandbox.toml", r"'\.\.'"),
+        ("Home/docs/../../x", r"'\.\.'"),
+        ("/etc/passwd", "absolute"),
+        ("Home/a\x00b", "NUL"),
+        ("Home/a\nb", "control character"),
+        ("Home/a\x1bb", "control character"),
+        ("Config/x", "outside the agent's folders"),
+        ("Config/sandbox.toml", "outside the agent's folders"),
+        (".ssh/authorized_keys", "outside the agent's folders"),
+        ("Agent/chats/x", "outside the agent's folders"),
+        ("Home//x", "empty"),
+        ("Home/./x", r"'\.'"),
+        ("Home/" + "n" * 300, "longer than 255"),
+    ],
+)
 def test_bad_paths_are_refused(dest: Dest, path: str, match: str) -> None:
     msg = dest.refuse(files(dest, [fentry(path, b"evil")]), StreamError, match)
     assert "refused the stream" in msg
 
 
 def test_entry_under_a_file_is_refused(dest: Dest) -> None:
-    dest.refuse(files(dest, [fentry("Home/f", b""), fentry("Home/f/g", b"x")]),
-                StreamError, "its folder is a file")
+    dest.refuse(
+        files(dest, [fentry("Home/f", b""), fentry("Home/f/g", b"x")]),
+        StreamError,
+        "its folder is a file",
+    )
 
 
 def test_entry_before_its_folder_is_refused(dest: Dest) -> None:
     dest.refuse(files(dest, [fentry("Home/nowhere/g", b"x")]), StreamError, "before its folder")
 
 
-def test_nothing_is_written_through_a_symlink_at_the_destination(dest: Dest,
-                                                                 tmp_path: Path) -> None:
+def test_nothing_is_written_through_a_symlink_at_the_destination(
+    dest: Dest, tmp_path: Path
+) -> None:
     docs = dest.machine.folders("work").home / "linked"
     os.symlink(tmp_path / "elsewhere", docs)
     dest.before = machine_tree(dest.machine)
-    dest.refuse(files(dest, [dentry("Home/linked"), fentry("Home/linked/x", b"through")],
-                      b"through"), Refused, "symbolic link")
+    dest.refuse(
+        files(dest, [dentry("Home/linked"), fentry("Home/linked/x", b"through")], b"through"),
+        Refused,
+        "symbolic link",
+    )
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
-def test_a_file_where_the_destination_has_a_symlink_is_refused(dest: Dest,
-                                                               tmp_path: Path) -> None:
+def test_a_file_where_the_destination_has_a_symlink_is_refused(dest: Dest, tmp_path: Path) -> None:
     target = tmp_path / "elsewhere" / "target"
     target.write_bytes(b"untouched")
     os.symlink(target, dest.machine.folders("work").home / "l")
@@ -131,23 +143,32 @@ def test_links_devices_fifos_never_travel(dest: Dest, kind: object) -> None:
     dest.refuse(files(dest, [e]), StreamError, "only files and folders travel")
 
 
-@pytest.mark.parametrize(("a", "b"), [
-    ("Home/Readme", "Home/README"),
-    ("Home/\u00e9", "Home/e\u0301"),  # NFC vs NFD
-    ("Home/same", "Home/same"),
-])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Home/Readme", "Home/README"),
+        ("Home/\u00e9", "Home/e\u0301"),  # NFC vs NFD
+        ("Home/same", "Home/same"),
+    ],
+)
 def test_names_that_fold_alike_are_refused(dest: Dest, a: str, b: str) -> None:
-    dest.refuse(files(dest, [fentry(a, b""), fentry(b, b"")]), StreamError,
-                "case or Unicode normalisation")
+    dest.refuse(
+        files(dest, [fentry(a, b""), fentry(b, b"")]), StreamError, "case or Unicode normalisation"
+    )
 
 
 def test_unknown_entry_fields_and_bad_values_are_refused(dest: Dest) -> None:
     e = fentry("Home/x", b"")
     e["owner"] = "root"
     dest.refuse(files(dest, [e]), StreamError, "unknown fields")
-    for field, value, match in [("m", -1, "invalid mode"), ("s", -5, "invalid size"),
-                                ("h", "zz", "invalid SHA-256"), ("mt", -1, "invalid mtime"),
-                                ("d", "yes", "invalid data flag"), ("g", -1, "hard-link group")]:
+    for field, value, match in [
+        ("m", -1, "invalid mode"),
+        ("s", -5, "invalid size"),
+        ("h", "zz", "invalid SHA-256"),
+        ("mt", -1, "invalid mtime"),
+        ("d", "yes", "invalid data flag"),
+        ("g", -1, "hard-link group"),
+    ]:
         e = fentry("Home/x", b"")
         e[field] = value
         dest.refuse(files(dest, [e]), StreamError, match)
@@ -156,7 +177,9 @@ def test_unknown_entry_fields_and_bad_values_are_refused(dest: Dest) -> None:
 def test_setuid_bits_are_dropped(src: Machine, dst: Machine) -> None:
     r = prepare(dst)
     aid = new_agent_id()
-    data = seal(public(r), payload(head(aid, OWNER), [*roots(), fentry("Home/x", b"#!", mode=2541)], b"#!"))
+    data = seal(
+        public(r), payload(head(aid, OWNER), [*roots(), fentry("Home/x", b"#!", mode=2541)], b"#!")
+    )
     receive_bytes(dst, r, data)
     assert os.stat(dst.folders("work").home / "x").st_mode & 0o7777 == 0o755
 
@@ -182,8 +205,12 @@ def test_data_with_no_entry(dest: Dest) -> None:
 
 
 def test_files_record_while_bytes_are_pending(dest: Dest) -> None:
-    recs = [(M.HEAD, M.dump(dest.head())), (M.FILES, M.dump([*roots(), fentry("Home/x", b"abc")])),
-            (M.FILES, M.dump([fentry("Home/y", b"")])), (M.DATA, b"abc")]
+    recs = [
+        (M.HEAD, M.dump(dest.head())),
+        (M.FILES, M.dump([*roots(), fentry("Home/x", b"abc")])),
+        (M.FILES, M.dump([fentry("Home/y", b"")])),
+        (M.DATA, b"abc"),
+    ]
     dest.refuse(dest.send(recs), StreamError, "ended early")
 
 
@@ -192,8 +219,9 @@ def test_empty_file_that_says_bytes_follow(dest: Dest) -> None:
 
 
 def test_empty_file_with_a_wrong_sha(dest: Dest) -> None:
-    dest.refuse(files(dest, [fentry("Home/x", b"", sha256=sha(b"x"))]), StreamError,
-                "not that of nothing")
+    dest.refuse(
+        files(dest, [fentry("Home/x", b"", sha256=sha(b"x"))]), StreamError, "not that of nothing"
+    )
 
 
 def test_content_the_receiver_does_not_hold(dest: Dest) -> None:
@@ -220,8 +248,10 @@ def test_hard_link_that_carries_bytes_again(dest: Dest) -> None:
 
 
 def test_hard_link_group_whose_first_member_is_held_nowhere(dest: Dest) -> None:
-    ents = [fentry("Home/a", b"aaa", group=3, carry=False),
-            fentry("Home/b", b"aaa", group=3, carry=False)]
+    ents = [
+        fentry("Home/a", b"aaa", group=3, carry=False),
+        fentry("Home/b", b"aaa", group=3, carry=False),
+    ]
     dest.refuse(files(dest, ents), StreamError, "held nowhere")
 
 
@@ -258,41 +288,59 @@ def test_stream_without_a_manifest(dest: Dest) -> None:
 
 
 def test_a_second_head(dest: Dest) -> None:
-    recs = [(M.HEAD, M.dump(dest.head())), (M.FILES, M.dump(roots())),
-            (M.HEAD, M.dump(dest.head()))]
+    recs = [
+        (M.HEAD, M.dump(dest.head())),
+        (M.FILES, M.dump(roots())),
+        (M.HEAD, M.dump(dest.head())),
+    ]
     dest.refuse(dest.send(recs), StreamError, "second manifest")
 
 
 def test_a_record_after_the_summary(dest: Dest) -> None:
     recs = payload(dest.head(), roots())
     from transport_helpers import honest_summary
+
     recs.append((M.SUMMARY, M.dump(honest_summary(recs))))
     recs.append((M.FILES, M.dump([])))
     dest.refuse(dest.send(recs, summary=False), StreamError, "follows the summary")
 
 
 def test_no_summary(dest: Dest) -> None:
-    dest.refuse(dest.send(payload(dest.head(), roots()), summary=False), StreamError,
-                "no summary")
+    dest.refuse(dest.send(payload(dest.head(), roots()), summary=False), StreamError, "no summary")
 
 
 @pytest.mark.parametrize("field", ["entries", "files", "data_bytes", "collections", "records"])
 def test_summary_counts_that_lie(dest: Dest, field: str) -> None:
     from transport_helpers import honest_summary
-    recs = payload(dest.head(), [*roots(), fentry("Home/x", b"abc")], b"abc",
-                   jl({"t": "collection", "v": 1, "kind": "notes", "name": "n", "shape": "map"},
-                      {"t": "end", "count": 0}))
+
+    recs = payload(
+        dest.head(),
+        [*roots(), fentry("Home/x", b"abc")],
+        b"abc",
+        jl(
+            {"t": "collection", "v": 1, "kind": "notes", "name": "n", "shape": "map"},
+            {"t": "end", "count": 0},
+        ),
+    )
     s = honest_summary(recs)
     s[field] += 1
     dest.refuse(dest.send(recs, summary=s), StreamError, "the summary says")
 
 
 def test_collection_with_a_gap_in_event_numbers(dest: Dest) -> None:
-    coll = jl({"t": "collection", "v": 1, "kind": "events", "name": "link:main", "shape": "log",
-               "since": 0},
-              {"t": "event", "n": 1, "data": {"text": "a"}},
-              {"t": "event", "n": 3, "data": {"text": "c"}},
-              {"t": "end", "count": 2})
+    coll = jl(
+        {
+            "t": "collection",
+            "v": 1,
+            "kind": "events",
+            "name": "link:main",
+            "shape": "log",
+            "since": 0,
+        },
+        {"t": "event", "n": 1, "data": {"text": "a"}},
+        {"t": "event", "n": 3, "data": {"text": "c"}},
+        {"t": "end", "count": 2},
+    )
     dest.refuse(files(dest, [], collections=coll), StreamError, "collection is invalid")
 
 
@@ -327,39 +375,48 @@ def test_stream_with_format_byte_edited(dest: Dest, src: Machine) -> None:
     dest.refuse(forged, FormatMismatch, "format 3.*format 4")
 
 
-@pytest.mark.parametrize(("part", "value", "match"), [
-    ("id", "ag-NOPE", "agent ID is invalid"),
-    ("id", None, "agent ID is invalid"),
-    ("owner", "root", "owner is invalid"),
-    ("name", "../../etc", "agent name is invalid"),
-    ("name", "", "agent name is invalid"),
-])
+@pytest.mark.parametrize(
+    ("part", "value", "match"),
+    [
+        ("id", "ag-NOPE", "agent ID is invalid"),
+        ("id", None, "agent ID is invalid"),
+        ("owner", "root", "owner is invalid"),
+        ("name", "../../etc", "agent name is invalid"),
+        ("name", "", "agent name is invalid"),
+    ],
+)
 def test_invalid_identity_in_the_head(dest: Dest, part: str, value: object, match: str) -> None:
     h = dest.head()
     h["agent"][part] = value
     dest.refuse(dest.send(payload(h, roots())), StreamError, match)
 
 
-@pytest.mark.parametrize(("key", "value", "match"), [
-    ("phase", "sideways", "unknown phase"),
-    ("settings", "x", "carries no settings"),
-    ("grants", 5, "grants are not text"),
-    ("agent", [], "names no agent"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("phase", "sideways", "unknown phase"),
+        ("settings", "x", "carries no settings"),
+        ("grants", 5, "grants are not text"),
+        ("agent", [], "names no agent"),
+    ],
+)
 def test_invalid_head_fields(dest: Dest, key: str, value: object, match: str) -> None:
     h = dest.head()
     h[key] = value
     dest.refuse(dest.send(payload(h, roots())), StreamError, match)
 
 
-@pytest.mark.parametrize("settings", [
-    {"format": 2, "ports": {"base": 70000}, "sandbox": True},
-    {"format": 2, "turns": "soon", "sandbox": True},
-    {"format": 2, "sandbox": "perhaps"},
-    {"format": 2},
-    {"format": 99, "sandbox": True},
-    {"format": "2", "sandbox": True},
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"format": 2, "ports": {"base": 70000}, "sandbox": True},
+        {"format": 2, "turns": "soon", "sandbox": True},
+        {"format": 2, "sandbox": "perhaps"},
+        {"format": 2},
+        {"format": 99, "sandbox": True},
+        {"format": "2", "sandbox": True},
+    ],
+)
 def test_nonsense_settings(dest: Dest, settings: dict[str, Any]) -> None:
     dest.refuse(dest.send(payload(dest.head(settings=settings), roots())), StreamError)
 
@@ -369,8 +426,14 @@ def test_unknown_store_driver_in_settings(dst: Machine) -> None:
     aid = new_agent_id()
     before = machine_tree(dst)
     with pytest.raises(StreamError, match="unknown store driver"):
-        receive_bytes(dst, r, seal(public(r), payload(
-            head(aid, OWNER, settings={"store": "mongo", "sandbox": True}), roots())))
+        receive_bytes(
+            dst,
+            r,
+            seal(
+                public(r),
+                payload(head(aid, OWNER, settings={"store": "mongo", "sandbox": True}), roots()),
+            ),
+        )
     assert machine_tree(dst) == before
 
 
@@ -414,6 +477,7 @@ def test_a_receiver_refuses_a_second_receive_after_a_commit(dest: Dest, src: Mac
     data, _ = send_bytes(a, dest.r)
     receive_bytes(dest.machine, dest.r, data)
     from lnk.errors import NotFound
+
     with pytest.raises(NotFound):
         receive_bytes(dest.machine, dest.r, data)
 

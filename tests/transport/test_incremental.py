@@ -19,14 +19,15 @@ from transport_helpers import (
 )
 
 from lnk.agents.layout import Machine
-from lnk.agents.moved import leave
 from lnk.agents.stores import open_agent_store
 from lnk.collections import CollectionId
+from lnk.move.moved import leave
 
 
 @pytest.mark.parametrize("store", ["files", "sqlite"])
 def test_a_second_send_carries_only_new_events_and_drops_what_is_gone(
-        src: Machine, dst: Machine, store: str) -> None:
+    src: Machine, dst: Machine, store: str
+) -> None:
     a = sample_agent(src, store=store)
     fill_collections(a, events=40)
     move(a, dst)
@@ -67,15 +68,15 @@ def test_a_diverged_log_is_sent_whole(src: Machine, dst: Machine) -> None:
 
 
 def test_the_receiver_remembers_every_hash_so_the_next_send_hashes_nothing(
-        src: Machine, dst: Machine) -> None:
+    src: Machine, dst: Machine
+) -> None:
     a = sample_agent(src)
     move(a, dst)
     b = load_agent(dst)
     con = sqlite3.connect(b.runtime / "hashes.sqlite")
     rows = dict(con.execute("SELECT path, sha FROM h").fetchall())
     con.close()
-    rels = [p.relative_to(b.folders.root).parts for p in b.folders.root.rglob("*")
-            if p.is_file()]
+    rels = [p.relative_to(b.folders.root).parts for p in b.folders.root.rglob("*") if p.is_file()]
     files = {"/".join(r) for r in rels if r[0] == "Home" or (r[0] == "Agent" and r[1] != "chats")}
     assert files and files <= set(rows)
     third = Machine(src.home.parent / "c")
@@ -85,7 +86,8 @@ def test_the_receiver_remembers_every_hash_so_the_next_send_hashes_nothing(
 
 
 def test_a_move_back_builds_on_the_folders_left_behind_and_then_removes_them(
-        src: Machine, dst: Machine) -> None:
+    src: Machine, dst: Machine
+) -> None:
     a = sample_agent(src)
     write(a.folders.home / "big.bin", b"x" * (3 << 20))
     fill_collections(a, events=30)

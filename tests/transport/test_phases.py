@@ -22,9 +22,9 @@ from transport_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.errors import NotFound, StreamError
-from lnk.formats import manifest as M
 from lnk.formats.stream import StreamReader
-from lnk.transport import receivers
+from lnk.payload import manifest as M
+from lnk.payload import receivers
 
 
 def test_the_key_is_private_and_gone_after_commit(src: Machine, dst: Machine) -> None:
@@ -72,8 +72,14 @@ def test_bulk_then_final(src: Machine, dst: Machine) -> None:
     fill_collections(a, events=2)
     changed = os.urandom(5000)
     write(a.folders.home / "docs" / "report.txt", changed)
-    final, frep = send_bytes(a, r, phase="final", since=brep.watermarks,
-                             base_stream=brep.stream_id, inventory=r.inventory())
+    final, frep = send_bytes(
+        a,
+        r,
+        phase="final",
+        since=brep.watermarks,
+        base_stream=brep.stream_id,
+        inventory=r.inventory(),
+    )
     assert _events_in(_records(final, r)) == [4, 5]  # only what came after the bulk
     assert frep.data_bytes == len(changed)  # only the changed file's bytes
     rep = receive_bytes(dst, r, final)

@@ -45,21 +45,24 @@ def test_round_trip_reproduces_the_agent(src: Machine, dst: Machine) -> None:
     assert os.stat(b.folders.home / "run.sh").st_mode & 0o777 == 0o755
     # the hard link arrives as a hard link
     assert got.stat().st_ino == (b.folders.home / "report-link.txt").stat().st_ino
-    assert link_groups(b.folders.root) == {frozenset({"Home/docs/report.txt",
-                                                      "Home/report-link.txt"})}
+    assert link_groups(b.folders.root) == {
+        frozenset({"Home/docs/report.txt", "Home/report-link.txt"})
+    }
     # the symlink is neither followed nor carried, and the send report says so
     assert not os.path.lexists(b.folders.home / "passwd")
     assert srep.skipped_links == 1
     # the hard link's bytes travelled once
     assert srep.data_bytes == len(b"the report\n") + len(b"#!/bin/sh\necho hi\n") + len(
-        b"water is wet\n")
+        b"water is wet\n"
+    )
     # collections, settings and grants
     assert collections_of(b) == collections_of(a)
     assert len(collections_of(b)) == 4
     for field in ("id", "owner", "name", "store", "harness", "sandbox"):
         assert getattr(b.settings, field) == getattr(a.settings, field)
     assert grants.parse(b.folders.sandbox_toml.read_text()) == grants.parse(
-        a.folders.sandbox_toml.read_text())
+        a.folders.sandbox_toml.read_text()
+    )
     # the receiver is gone: its key with it
     assert not any(dst.receivers_dir.iterdir())
 
@@ -130,15 +133,24 @@ def test_duplicate_content_travels_once(src: Machine, dst: Machine) -> None:
 
 # ---- the property ---------------------------------------------------------------------
 SIZES = st.sampled_from([0, 1, 17, 4096, RECORD_MAX - 1, RECORD_MAX, RECORD_MAX + 1])
-NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._- éß漢", min_size=1,
-                max_size=12).filter(lambda s: s not in (".", "..") and not s.startswith("-"))
-FILE = st.tuples(SIZES, st.integers(0, 0o77), st.booleans(),
-                 st.integers(0, 2_000_000_000 * 10**9), st.integers(0, 2**32))
-TREE = st.recursive(st.dictionaries(NAMES, FILE, max_size=4),
-                    lambda inner: st.dictionaries(NAMES, st.one_of(FILE, inner), max_size=3),
-                    max_leaves=8)
-ROOTS = st.sampled_from(["Home", "Agent/memory", "Agent/skills", "Agent/instructions",
-                         "Agent/schedule"])
+NAMES = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyz0123456789._- éß漢", min_size=1, max_size=12
+).filter(lambda s: s not in (".", "..") and not s.startswith("-"))
+FILE = st.tuples(
+    SIZES,
+    st.integers(0, 0o77),
+    st.booleans(),
+    st.integers(0, 2_000_000_000 * 10**9),
+    st.integers(0, 2**32),
+)
+TREE = st.recursive(
+    st.dictionaries(NAMES, FILE, max_size=4),
+    lambda inner: st.dictionaries(NAMES, st.one_of(FILE, inner), max_size=3),
+    max_leaves=8,
+)
+ROOTS = st.sampled_from(
+    ["Home", "Agent/memory", "Agent/skills", "Agent/instructions", "Agent/schedule"]
+)
 
 
 def _build(root: Path, spec: dict, files: list[Path]) -> None:
@@ -150,23 +162,32 @@ def _build(root: Path, spec: dict, files: list[Path]) -> None:
             os.chmod(p, 0o700 | (sum(map(ord, name)) & 0o55))
         elif not p.exists():
             size, perm, ex, mtime, seed = v
-            write(p, random.Random(seed).randbytes(size), 0o600 | perm | (0o100 if ex else 0),
-                  mtime)
+            write(
+                p, random.Random(seed).randbytes(size), 0o600 | perm | (0o100 if ex else 0), mtime
+            )
             files.append(p)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(trees=st.lists(st.tuples(ROOTS, TREE), min_size=1, max_size=3),
-       links=st.lists(st.tuples(st.integers(0, 50), NAMES), max_size=3),
-       events=st.lists(st.dictionaries(st.sampled_from(["role", "text", "n"]),
-                                       st.one_of(st.text(max_size=30), st.integers())),
-                       max_size=6),
-       notes=st.dictionaries(NAMES, st.dictionaries(st.just("v"), st.text(max_size=20)),
-                             max_size=3),
-       store=st.sampled_from(["files", "sqlite"]))
-def test_property_exact_reproduction(trees: list, links: list, events: list,
-                                     notes: dict, store: str) -> None:
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    trees=st.lists(st.tuples(ROOTS, TREE), min_size=1, max_size=3),
+    links=st.lists(st.tuples(st.integers(0, 50), NAMES), max_size=3),
+    events=st.lists(
+        st.dictionaries(
+            st.sampled_from(["role", "text", "n"]), st.one_of(st.text(max_size=30), st.integers())
+        ),
+        max_size=6,
+    ),
+    notes=st.dictionaries(NAMES, st.dictionaries(st.just("v"), st.text(max_size=20)), max_size=3),
+    store=st.sampled_from(["files", "sqlite"]),
+)
+def test_property_exact_reproduction(
+    trees: list, links: list, events: list, notes: dict, store: str
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Machine(Path(tmp) / "a"), Machine(Path(tmp) / "b")
         a = make_agent(src, store=store)

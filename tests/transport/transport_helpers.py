@@ -27,14 +27,14 @@ from lnk.agents.registry import Agent
 from lnk.agents.settings import Settings
 from lnk.agents.stores import open_agent_store
 from lnk.collections import CollectionId
-from lnk.formats import manifest as M
 from lnk.formats.keys import PublicKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter
-from lnk.transport import receivers
-from lnk.transport.inventory import Inventory
-from lnk.transport.receive import ReceiveReport, receive
-from lnk.transport.send import SendReport, send_agent
-from lnk.transport.walk import FILE_ROOTS
+from lnk.payload import manifest as M
+from lnk.payload import receivers
+from lnk.payload.inventory import Inventory
+from lnk.payload.receive import ReceiveReport, receive
+from lnk.payload.send import SendReport, send_agent
+from lnk.payload.walk import FILE_ROOTS
 
 EVENTS = CollectionId("events", "link:main")
 NOTES = CollectionId("notes", "link:main")
@@ -47,8 +47,14 @@ def sha(data: bytes) -> str:
 
 
 # ---- agents -------------------------------------------------------------------
-def make_agent(machine: Machine, name: str = "work", *, store: str = "files",
-               agent_id: str | None = None, owner: str | None = None) -> Agent:
+def make_agent(
+    machine: Machine,
+    name: str = "work",
+    *,
+    store: str = "files",
+    agent_id: str | None = None,
+    owner: str | None = None,
+) -> Agent:
     return registry.create(machine, name, store=store, agent_id=agent_id, owner=owner)
 
 
@@ -106,13 +112,13 @@ def send_bytes(agent: Agent, r: receivers.Receiver, **kw: Any) -> tuple[bytes, S
     return buf.getvalue(), rep
 
 
-def receive_bytes(machine: Machine, r: receivers.Receiver, data: bytes,
-                  **kw: Any) -> ReceiveReport:
+def receive_bytes(machine: Machine, r: receivers.Receiver, data: bytes, **kw: Any) -> ReceiveReport:
     return receive(machine, r.rid, io.BytesIO(data), **kw)
 
 
-def move(agent: Agent, dest: Machine, *, agent_id: str | None = None,
-         inventory: bool = False, **kw: Any) -> tuple[SendReport, ReceiveReport]:
+def move(
+    agent: Agent, dest: Machine, *, agent_id: str | None = None, inventory: bool = False, **kw: Any
+) -> tuple[SendReport, ReceiveReport]:
     """prepare | send | receive through a temp file next to the destination."""
     r = prepare(dest, agent_id)
     inv = r.inventory() if inventory else None
@@ -192,22 +198,42 @@ def load_agent(machine: Machine, name: str = "work") -> Agent:
 
 
 # ---- hand-made payloads --------------------------------------------------------------
-def head(agent_id: str, owner: str, name: str = "work", *, grants: str = "",
-         phase: str = "full", settings: dict[str, Any] | None = None,
-         base_stream: str | None = None) -> dict[str, Any]:
+def head(
+    agent_id: str,
+    owner: str,
+    name: str = "work",
+    *,
+    grants: str = "",
+    phase: str = "full",
+    settings: dict[str, Any] | None = None,
+    base_stream: str | None = None,
+) -> dict[str, Any]:
     if settings is None:
         settings = Settings(id=agent_id, name=name, owner=owner).to_toml()
     return M.Head(agent_id, owner, name, settings, grants, phase, base_stream).to_json()
 
 
-def fentry(path: str, data: bytes | None = None, *, mode: int = 0o644, sha256: str | None = None,
-           size: int | None = None, carry: bool | None = None, group: int | None = None,
-           mtime_ns: int = 1_700_000_000_000_000_000) -> dict[str, Any]:
+def fentry(
+    path: str,
+    data: bytes | None = None,
+    *,
+    mode: int = 0o644,
+    sha256: str | None = None,
+    size: int | None = None,
+    carry: bool | None = None,
+    group: int | None = None,
+    mtime_ns: int = 1_700_000_000_000_000_000,
+) -> dict[str, Any]:
     body = data or b""
-    d: dict[str, Any] = {"p": path, "t": "f", "m": mode,
-                         "s": len(body) if size is None else size,
-                         "h": sha256 or sha(body),
-                         "d": bool(body) if carry is None else carry, "mt": mtime_ns}
+    d: dict[str, Any] = {
+        "p": path,
+        "t": "f",
+        "m": mode,
+        "s": len(body) if size is None else size,
+        "h": sha256 or sha(body),
+        "d": bool(body) if carry is None else carry,
+        "mt": mtime_ns,
+    }
     if group is not None:
         d["g"] = group
     return d
@@ -243,12 +269,21 @@ def honest_summary(records: list[tuple[int, bytes]]) -> dict[str, int]:
             recs += 1
             with contextlib.suppress(ValueError):
                 colls += json.loads(line).get("t") == "collection"
-    return {"entries": entries, "files": files, "data_bytes": data, "collections": colls,
-            "records": recs}
+    return {
+        "entries": entries,
+        "files": files,
+        "data_bytes": data,
+        "collections": colls,
+        "records": recs,
+    }
 
 
-def seal(recipient: PublicKey, records: list[tuple[int, bytes]], *,
-         summary: dict[str, Any] | bool | None = True) -> bytes:
+def seal(
+    recipient: PublicKey,
+    records: list[tuple[int, bytes]],
+    *,
+    summary: dict[str, Any] | bool | None = True,
+) -> bytes:
     """A sealed stream of these payload records; an honest SUMMARY appended unless told."""
     recs = list(records)
     if summary is True:
@@ -259,13 +294,14 @@ def seal(recipient: PublicKey, records: list[tuple[int, bytes]], *,
     w = StreamWriter(buf, recipient, {"kind": "lnk-move", "phase": "full"}, workers=1)
     for rtype, body in recs:
         for start in range(0, max(len(body), 1), RECORD_MAX):
-            w.write(rtype, body[start:start + RECORD_MAX])
+            w.write(rtype, body[start : start + RECORD_MAX])
     w.close()
     return buf.getvalue()
 
 
-def payload(h: dict[str, Any], entries: list[dict[str, Any]], data: bytes = b"",
-            collections: bytes = b"") -> list[tuple[int, bytes]]:
+def payload(
+    h: dict[str, Any], entries: list[dict[str, Any]], data: bytes = b"", collections: bytes = b""
+) -> list[tuple[int, bytes]]:
     recs: list[tuple[int, bytes]] = [(M.HEAD, M.dump(h)), (M.FILES, M.dump(entries))]
     if data:
         recs.append((M.DATA, data))
@@ -279,16 +315,24 @@ def inventory_of(r: receivers.Receiver) -> Inventory:
 
 
 # ---- the real command line ------------------------------------------------------------------
-def cli(*args: str, home: Path, stdin: Path | None = None,
-        stdout: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+def cli(
+    *args: str, home: Path, stdin: Path | None = None, stdout: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``lnk`` as a black box on the machine ``home``; stdin/stdout may be files (binary)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LNK_")}
     env["HOME"] = str(home)
     fin = open(stdin, "rb") if stdin else subprocess.DEVNULL  # noqa: SIM115
     fout = open(stdout, "wb") if stdout else subprocess.PIPE  # noqa: SIM115
     try:
-        return subprocess.run([sys.executable, "-m", "lnk", *args], stdin=fin, stdout=fout,
-                              stderr=subprocess.PIPE, env=env, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "lnk", *args],
+            stdin=fin,
+            stdout=fout,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=120,
+            check=False,
+        )
     finally:
         for f in (fin, fout):
             if hasattr(f, "close"):

@@ -131,43 +131,93 @@ def cases() -> list[tuple[str, str, bytes, ReceiverKey, Records | None, str]]:
     ok("success-empty", [], "no records, only the final record")
     ok("success-one-record", [(0x01, b"hello, agent\n")], "the worked example of the spec")
     rnd = random.Random(7).randbytes(4096)
-    ok("success-mixed", [(0x00, b""), (0x01, rnd), (0x7E, text_bytes(50_000, "m")), (0x02, b"x")],
-       "empty body, raw (incompressible) body, zstd body, edge record types")
-    for label, size in (("minus-1", RECORD_MAX - 1), ("exact", RECORD_MAX), ("plus-1", RECORD_MAX + 1)):
+    ok(
+        "success-mixed",
+        [(0x00, b""), (0x01, rnd), (0x7E, text_bytes(50_000, "m")), (0x02, b"x")],
+        "empty body, raw (incompressible) body, zstd body, edge record types",
+    )
+    for label, size in (
+        ("minus-1", RECORD_MAX - 1),
+        ("exact", RECORD_MAX),
+        ("plus-1", RECORD_MAX + 1),
+    ):
         data = text_bytes(size, label)
         recs = [(0x03, bytes(p)) for p in split_body(data)]
         ok(f"success-1mib-{label}", recs, f"{size} bytes cut into records of at most 1 MiB")
-    ok("success-uncompressed", [(0x01, text_bytes(3000, "u")), (0x01, b"tail")],
-       "writer with compression off: stored bodies", level=None, workers=1)
+    ok(
+        "success-uncompressed",
+        [(0x01, text_bytes(3000, "u")), (0x01, b"tail")],
+        "writer with compression off: stored bodies",
+        level=None,
+        workers=1,
+    )
 
-    base_recs: Records = [(0x01, b"record zero " * 4), (0x02, b"record one " * 5), (0x01, b"record two")]
+    base_recs: Records = [
+        (0x01, b"record zero " * 4),
+        (0x02, b"record one " * 5),
+        (0x01, b"record two"),
+    ]
     base = write_stream("base", base_recs)
     head, wire = frame(base)
     fin = wire[-1]
 
     bad("truncated-empty", "truncated", b"", "no bytes at all")
     bad("truncated-in-header", "truncated", base[:500], "cut inside the sealed key")
-    bad("truncated-mid-record", "truncated", base[: len(head) + len(wire[0]) + 10], "cut inside record 1")
+    bad(
+        "truncated-mid-record",
+        "truncated",
+        base[: len(head) + len(wire[0]) + 10],
+        "cut inside record 1",
+    )
     bad("truncated-at-boundary", "truncated", head + b"".join(wire[:3]), "no final record")
     bad("truncated-header-only", "truncated", head, "a header and nothing else")
     bad("trailing-bytes", "trailing", base + b"\x00", "one byte after the final record")
     bad("trailing-second-stream", "trailing", base + base, "two streams back to back")
     bad("reordered", "payload", head + wire[0] + wire[2] + wire[1] + fin, "records 1 and 2 swapped")
-    bad("duplicated", "payload", head + wire[0] + wire[1] + wire[1] + wire[2] + fin, "record 1 twice")
+    bad(
+        "duplicated",
+        "payload",
+        head + wire[0] + wire[1] + wire[1] + wire[2] + fin,
+        "record 1 twice",
+    )
     bad("dropped", "payload", head + wire[0] + wire[2] + fin, "record 1 left out")
     other = frame(write_stream("other", base_recs))[1]
-    bad("spliced", "payload", head + wire[0] + other[1] + wire[2] + fin,
-        "record 1 taken from another stream to the same key, same plaintext")
-    bad("spliced-header", "payload", frame(write_stream("other", base_recs))[0] + b"".join(wire),
-        "another stream's header with these records")
-    bad("final-flag-set", "payload", head + wire[0] + flip_word(wire[1], xor=R.FINAL_BIT) + wire[2] + fin,
-        "record 1 marked final")
-    bad("final-flag-cleared", "payload", head + b"".join(wire[:3]) + flip_word(fin, xor=R.FINAL_BIT),
-        "the final record marked not final")
-    bad("oversized-record-length", "payload", head + wire[0] + flip_word(wire[1], value=0x7FFF_FFFF) + wire[2] + fin,
-        "record 1 claims 2 GiB")
-    bad("undersized-record-length", "payload", head + wire[0] + flip_word(wire[1], value=3) + wire[2] + fin,
-        "record 1 claims 3 bytes")
+    bad(
+        "spliced",
+        "payload",
+        head + wire[0] + other[1] + wire[2] + fin,
+        "record 1 taken from another stream to the same key, same plaintext",
+    )
+    bad(
+        "spliced-header",
+        "payload",
+        frame(write_stream("other", base_recs))[0] + b"".join(wire),
+        "another stream's header with these records",
+    )
+    bad(
+        "final-flag-set",
+        "payload",
+        head + wire[0] + flip_word(wire[1], xor=R.FINAL_BIT) + wire[2] + fin,
+        "record 1 marked final",
+    )
+    bad(
+        "final-flag-cleared",
+        "payload",
+        head + b"".join(wire[:3]) + flip_word(fin, xor=R.FINAL_BIT),
+        "the final record marked not final",
+    )
+    bad(
+        "oversized-record-length",
+        "payload",
+        head + wire[0] + flip_word(wire[1], value=0x7FFF_FFFF) + wire[2] + fin,
+        "record 1 claims 2 GiB",
+    )
+    bad(
+        "undersized-record-length",
+        "payload",
+        head + wire[0] + flip_word(wire[1], value=3) + wire[2] + fin,
+        "record 1 claims 3 bytes",
+    )
     edited = bytearray(base)
     edited[72] ^= 0x01  # a metadata byte
     bad("header-meta-edited", "header", bytes(edited), "one metadata byte changed")
@@ -177,36 +227,80 @@ def cases() -> list[tuple[str, str, bytes, ReceiverKey, Records | None, str]]:
     edited = bytearray(base)
     edited[len(head) - 5] ^= 0x01
     bad("header-sealed-key-edited", "header", bytes(edited), "one byte of the sealed key changed")
-    bad("header-suite-edited", "unsupported", base[:10] + b"\x00\x20" + base[12:], "kem id changed to 0x0020")
-    bad("header-payload-aead-edited", "unsupported", base[:16] + b"\x00\x03" + base[18:],
-        "payload aead changed to ChaCha20-Poly1305")
+    bad(
+        "header-suite-edited",
+        "unsupported",
+        base[:10] + b"\x00\x20" + base[12:],
+        "kem id changed to 0x0020",
+    )
+    bad(
+        "header-payload-aead-edited",
+        "unsupported",
+        base[:16] + b"\x00\x03" + base[18:],
+        "payload aead changed to ChaCha20-Poly1305",
+    )
     bad("header-rec-log2-edited", "unsupported", base[:18] + b"\x1e" + base[19:], "rec_log2 = 30")
-    bad("header-meta-len-oversized", "header", base[:68] + b"\xff\xff" + base[70:], "meta_len = 65535")
-    bad("header-sealed-len-edited", "header", base[:85] + b"\xff\xff" + base[87:], "sealed_len = 65535")
+    bad(
+        "header-meta-len-oversized",
+        "header",
+        base[:68] + b"\xff\xff" + base[70:],
+        "meta_len = 65535",
+    )
+    bad(
+        "header-sealed-len-edited",
+        "header",
+        base[:85] + b"\xff\xff" + base[87:],
+        "sealed_len = 65535",
+    )
     bad("format-3", "format-mismatch", R.MAGIC + b"\x00\x03" + bytes(range(64)), "an older format")
     bad("format-5", "format-mismatch", R.MAGIC + b"\x00\x05" + bytes(range(64)), "a newer format")
     bad("not-lnk-text", "not-lnk", b'{"agent": "not a stream"}\n', "JSON text")
     bad("not-lnk-ssh-banner", "not-lnk", b"SSH-2.0-OpenSSH_9.2\r\n", "an SSH banner")
     bad("not-lnk-zstd", "not-lnk", zstandard.ZstdCompressor().compress(b"x" * 100), "a zstd file")
-    bad("wrong-key", "wrong-key", write_stream("wrong", base_recs, key=KEY_B), "sealed to receiver B")
+    bad(
+        "wrong-key",
+        "wrong-key",
+        write_stream("wrong", base_recs, key=KEY_B),
+        "sealed to receiver B",
+    )
     bad("key-id-edited", "wrong-key", base[:36] + bytes(32) + base[68:], "key id zeroed")
 
     bomb = zstandard.ZstdCompressor().compress(bytes(4 * RECORD_MAX))
-    bad("zstd-bomb", "payload", hand_sealed("bomb", [b"\x01\x01" + bomb]),
-        f"a {len(bomb)}-byte frame that expands to 4 MiB")
+    bad(
+        "zstd-bomb",
+        "payload",
+        hand_sealed("bomb", [b"\x01\x01" + bomb]),
+        f"a {len(bomb)}-byte frame that expands to 4 MiB",
+    )
     nosize = zstandard.ZstdCompressor(write_content_size=False).compress(b"abc" * 1000)
-    bad("zstd-no-content-size", "payload", hand_sealed("nosize", [b"\x01\x01" + nosize]),
-        "a frame that does not declare its size")
+    bad(
+        "zstd-no-content-size",
+        "payload",
+        hand_sealed("nosize", [b"\x01\x01" + nosize]),
+        "a frame that does not declare its size",
+    )
     good = zstandard.ZstdCompressor().compress(b"abc" * 1000)
-    bad("zstd-extra-bytes", "payload", hand_sealed("extra", [b"\x01\x01" + good + b"\x00"]),
-        "a frame followed by a byte")
+    bad(
+        "zstd-extra-bytes",
+        "payload",
+        hand_sealed("extra", [b"\x01\x01" + good + b"\x00"]),
+        "a frame followed by a byte",
+    )
     bad("zstd-two-frames", "payload", hand_sealed("two", [b"\x01\x01" + good + good]), "two frames")
     bad("unknown-codec", "payload", hand_sealed("codec", [b"\x01\x02abc"]), "codec 0x02")
     bad("reserved-rtype", "payload", hand_sealed("rtype", [b"\x80\x00abc"]), "record type 0x80")
-    bad("final-rtype-not-final", "payload", hand_sealed("fin", [b"\x7f\x00" + bytes(48)]),
-        "type 0x7F without the final flag")
-    bad("final-count-wrong", "payload", hand_sealed("count", [b"\x01\x00abc"], final_n=2),
-        "the final record counts 2 records, 1 came")
+    bad(
+        "final-rtype-not-final",
+        "payload",
+        hand_sealed("fin", [b"\x7f\x00" + bytes(48)]),
+        "type 0x7F without the final flag",
+    )
+    bad(
+        "final-count-wrong",
+        "payload",
+        hand_sealed("count", [b"\x01\x00abc"], final_n=2),
+        "the final record counts 2 records, 1 came",
+    )
     bad("final-only-missing-records", "payload", head + fin, "all records dropped")
     return out
 

@@ -1,8 +1,8 @@
 """Buckets: S3, GCS and local folders behind one small interface.
 
-    from lnk.transport.buckets import open_bucket
-    b = open_bucket("s3://my-bucket/agents/ada")
-    b.put("hello", b"world")
+from lnk.transport.buckets import open_bucket
+b = open_bucket("s3://my-bucket/agents/ada")
+b.put("hello", b"world")
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class GCSBucket(CloudBucket):
                 mtime = blob.updated
                 if mtime is not None and mtime.tzinfo is None:
                     mtime = mtime.replace(tzinfo=UTC)
-                yield ObjectInfo(blob.name[len(base):], int(blob.size or 0), mtime)
+                yield ObjectInfo(blob.name[len(base) :], int(blob.size or 0), mtime)
         except Exception as e:
             self._fail(e, f"listing {prefix or '/'}", "storage.objects.list")
 

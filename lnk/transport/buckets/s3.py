@@ -38,7 +38,9 @@ class S3Bucket(CloudBucket):
 
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             style = "path" if endpoint else "auto"
-            cfg = Config(s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"})
+            cfg = Config(
+                s3={"addressing_style": style}, retries={"max_attempts": 5, "mode": "standard"}
+            )
             # a session of its own: the default one caches the credentials it
             # first found, and a test (or a caller) may switch them
             session = boto3.session.Session()
@@ -79,7 +81,9 @@ class S3Bucket(CloudBucket):
                     f"{what}: access denied on {self.url}",
                     hint=f"the credentials in use need {permission} on bucket {self.bucket}",
                 ) from e
-            raise TransportError(f"{what} on {self.url} failed: {code} {err.get('Message', '')}".strip()) from e
+            raise TransportError(
+                f"{what} on {self.url} failed: {code} {err.get('Message', '')}".strip()
+            ) from e
         if isinstance(e, NoCredentialsError | PartialCredentialsError):
             raise Refused(
                 f"{what}: no AWS credentials found",

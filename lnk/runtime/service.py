@@ -2,7 +2,7 @@
 
 A systemd user unit (``lnk-agent-<id>.service``) where a user systemd runs,
 otherwise a supervised background process with a pidfile.  Either way the
-process is the runner (``python -m lnk.agents.runner ID``), which makes the
+process is the runner (``python -m lnk.runtime.runner ID``), which makes the
 start's key, starts the harness (in its sandbox unless the agent's setting says
 otherwise) and writes ``endpoint.json`` once the harness listens.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from lnk.agents import ports
 from lnk.agents.machine import account_owner, load_machine
-from lnk.agents.registry import Agent, taken_blocks
+from lnk.agents.registry import Agent, last_backup, taken_blocks
 from lnk.errors import AgentNotRunning, Refused
 
 START_DEADLINE_S = float(os.environ.get("LNK_START_DEADLINE", "30"))
@@ -34,8 +34,9 @@ def _manager() -> str:
     if shutil.which("systemctl") is None:
         return "process"
     try:
-        r = subprocess.run(["systemctl", "--user", "is-system-running"], capture_output=True,
-                           text=True, timeout=5)
+        r = subprocess.run(
+            ["systemctl", "--user", "is-system-running"], capture_output=True, text=True, timeout=5
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "process"
     return "systemd" if r.stdout.strip() in ("running", "degraded", "starting") else "process"
@@ -101,11 +102,14 @@ def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
     if not is_running(agent) and not ports.block_free(s.port_base, s.port_count):
         # (a running agent holds its own block: that is no reason to move it)
         old = s.port_base
-        s.port_base = ports.random_free_block(taken_blocks(agent.machine, except_name=s.name),
-                                              s.port_count)
+        s.port_base = ports.random_free_block(
+            taken_blocks(agent.machine, except_name=s.name), s.port_count
+        )
         agent.save()
-        notes.append(f"a program holds a port of {s.name}'s block {old}-{old + s.port_count - 1}; "
-                     f"it moves to {s.port_base}-{s.port_base + s.port_count - 1}")
+        notes.append(
+            f"a program holds a port of {s.name}'s block {old}-{old + s.port_count - 1}; "
+            f"it moves to {s.port_base}-{s.port_base + s.port_count - 1}"
+        )
     return notes
 
 
@@ -120,20 +124,32 @@ def start(agent: Agent) -> dict[str, Any]:
     log = rt / "harness.log"
     env = dict(os.environ)
     env["HOME"] = str(agent.machine.home)
-    argv = [sys.executable, "-m", "lnk.agents.runner", agent.id]
+    argv = [sys.executable, "-m", "lnk.runtime.runner", agent.id]
     if _manager() == "systemd":
         _start_systemd(agent, argv, log)
     else:
         with open(log, "ab") as logf:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    cwd=str(agent.machine.home))
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                cwd=str(agent.machine.home),
+            )
         (rt / "runner.pid").write_text(f"{proc.pid}\n")
     return _wait_answering(agent)
 
 
 def _unit_path(agent: Agent) -> Path:
-    return agent.machine.home / ".config" / "systemd" / "user" / f"{agent.settings.service_name}.service"
+    return (
+        agent.machine.home
+        / ".config"
+        / "systemd"
+        / "user"
+        / f"{agent.settings.service_name}.service"
+    )
 
 
 def _start_systemd(agent: Agent, argv: list[str], log: Path) -> None:
@@ -252,9 +268,7 @@ def status(agent: Agent, ask: bool = True) -> dict[str, Any]:
         if died:
             out["state"] = "died"
             out["exit"] = died
-    from lnk.backup.schedule import last_result
-
-    backup = last_result(agent.runtime)
+    backup = last_backup(agent.runtime)
     out["backup"] = backup
     if backup and not backup.get("ok") and "problem" not in out:
         out["problem"] = f"the last backup failed at {backup.get('time')}: {backup.get('error')}"

@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lnk import STREAM_FORMAT
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.errors import FormatMismatch, Interrupted, LnkError, NotFound, TransportError, UsageError
-from lnk.transport import journal
-from lnk.transport.faults import fault
-from lnk.transport.journal import Entry
+from lnk.formats import FORMAT as STREAM_FORMAT
+from lnk.move import journal
+from lnk.move.faults import fault
+from lnk.move.journal import Entry
 from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, LocalLeg
 
 HERE = "here"
@@ -51,16 +51,20 @@ def where_is(machine: Machine, name: str | None) -> tuple[str, str, str]:
     if name is None:
         known = set(registry.names(machine)) | set(locs)
         if len(known) != 1:
-            raise UsageError("say which agent to move" if known else "there is no agent to move",
-                             hint="add --agent NAME" if known else "lnk agent create NAME")
+            raise UsageError(
+                "say which agent to move" if known else "there is no agent to move",
+                hint="add --agent NAME" if known else "lnk agent create NAME",
+            )
         name = known.pop()
     if machine.settings_file(name).exists():
         a = registry.find(machine, name)
         return name, a.id, HERE
     if name in locs:
         return name, locs[name]["id"], locs[name]["place"]
-    raise NotFound(f"no agent named {name!r} here or on a box it was moved to",
-                   hint="lnk agent list shows the agents here")
+    raise NotFound(
+        f"no agent named {name!r} here or on a box it was moved to",
+        hint="lnk agent list shows the agents here",
+    )
 
 
 # ---- signals: from the pause on, a signal fails the move instead of ending lnk ----
@@ -77,8 +81,9 @@ class _Guard:
 
     def check(self) -> None:
         if self.signal is not None:
-            raise Interrupted(f"stopped by {signal.Signals(self.signal).name} during the move",
-                              signum=self.signal)
+            raise Interrupted(
+                f"stopped by {signal.Signals(self.signal).name} during the move", signum=self.signal
+            )
 
 
 _guard = _Guard()
@@ -100,8 +105,9 @@ def _run_json(leg: Leg, args: list[str]) -> Any:
     return json.loads(out) if out.strip() else None
 
 
-def _stream(src: Leg, src_args: list[str], stdin_bytes: bytes, dst: Leg,
-            dst_args: list[str]) -> Any:
+def _stream(
+    src: Leg, src_args: list[str], stdin_bytes: bytes, dst: Leg, dst_args: list[str]
+) -> Any:
     """src's stdout straight into dst's stdin (fd to fd); returns dst's JSON answer."""
     with tempfile.TemporaryFile() as inv:
         inv.write(stdin_bytes)
@@ -138,40 +144,86 @@ def _check_format(leg: Leg) -> None:
     if fmt != STREAM_FORMAT:
         raise FormatMismatch(
             f"{leg.name} speaks stream format {fmt}; this lnk speaks {STREAM_FORMAT}",
-            hint="upgrade lnk there: lnk box add (it installs this one), then move again")
+            hint="upgrade lnk there: lnk box add (it installs this one), then move again",
+        )
 
 
-def move(machine: Machine, name: str | None, to: str, *, no_start: bool = False,
-         say: Say = lambda s: None) -> dict[str, Any]:
+def move(
+    machine: Machine,
+    name: str | None,
+    to: str,
+    *,
+    no_start: bool = False,
+    say: Say = lambda s: None,
+) -> dict[str, Any]:
     finish_all(machine, say)
     name, agent_id, src_place = where_is(machine, name)
     if src_place == to:
-        raise UsageError(f"{name} is already {'here' if to == HERE else 'on ' + to}",
-                         hint="name another place with --to BOX, or --here")
+        raise UsageError(
+            f"{name} is already {'here' if to == HERE else 'on ' + to}",
+            hint="name another place with --to BOX, or --here",
+        )
     for e in journal.entries(machine, agent_id):
-        raise TransportError(f"an earlier move of {name} ({e.move}) is still unfinished: "
-                             f"{e.failed or e.phase}", hint="make sure both boxes answer, then "
-                             "run lnk agent move again")
+        raise TransportError(
+            f"an earlier move of {name} ({e.move}) is still unfinished: {e.failed or e.phase}",
+            hint="make sure both boxes answer, then run lnk agent move again",
+        )
     src, dst = place_leg(machine, src_place), place_leg(machine, to)
     _check_format(src)
     _check_format(dst)
     st = _run_json(src, ["agent", "status", "--agent", name, "--json"]) or {}
     if st.get("id") != agent_id:
-        raise NotFound(f"{name} is not on {src.name} as this computer remembers",
-                       hint="lnk box run that box -- lnk agent list")
+        raise NotFound(
+            f"{name} is not on {src.name} as this computer remembers",
+            hint="lnk box run that box -- lnk agent list",
+        )
     t0 = time.monotonic()
-    e = journal.new_entry(machine, agent=name, agent_id=agent_id, src=src_place, dst=to,
-                          no_start=no_start, was_running=bool(st.get("running")))
+    e = journal.new_entry(
+        machine,
+        agent=name,
+        agent_id=agent_id,
+        src=src_place,
+        dst=to,
+        no_start=no_start,
+        was_running=bool(st.get("running")),
+    )
     try:
-        prep = _run_json(dst, ["agent", "state-receive", "--prepare", "--agent-id", agent_id,
-                               "--name", name, "--json"])
-        e.set(phase="prepared", receiver=prep["receiver"], dst_had_agent=bool(prep.get("has_agent")))
+        prep = _run_json(
+            dst,
+            [
+                "agent",
+                "state-receive",
+                "--prepare",
+                "--agent-id",
+                agent_id,
+                "--name",
+                name,
+                "--json",
+            ],
+        )
+        e.set(
+            phase="prepared", receiver=prep["receiver"], dst_had_agent=bool(prep.get("has_agent"))
+        )
         fault("move:after-prepare")
         say(f"sending {name} from {src.name} to {dst.name} while it answers")
-        bulk = _stream(src, ["agent", "state-send", "--agent", name, "--to", prep["public_key"],
-                             "--phase", "bulk", "--inventory", "-"],
-                       _inventory(dst, prep["receiver"]),
-                       dst, ["agent", "state-receive", "--receiver", prep["receiver"], "--json"])
+        bulk = _stream(
+            src,
+            [
+                "agent",
+                "state-send",
+                "--agent",
+                name,
+                "--to",
+                prep["public_key"],
+                "--phase",
+                "bulk",
+                "--inventory",
+                "-",
+            ],
+            _inventory(dst, prep["receiver"]),
+            dst,
+            ["agent", "state-receive", "--receiver", prep["receiver"], "--json"],
+        )
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
     except BaseException as err:
@@ -196,8 +248,17 @@ def _as_lnk(err: BaseException) -> BaseException:
     return TransportError(f"the move failed: {err}", hint="see lnk agent status on both ends")
 
 
-def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any],
-            bulk: Any, say: Say, guard: _Guard, e_started: float) -> dict[str, Any]:
+def _switch(
+    machine: Machine,
+    e: Entry,
+    src: Leg,
+    dst: Leg,
+    prep: dict[str, Any],
+    bulk: Any,
+    say: Say,
+    guard: _Guard,
+    e_started: float,
+) -> dict[str, Any]:
     timings: dict[str, float] = {"bulk_s": round(time.monotonic() - e_started, 3)}
     name = e.agent
     # what the destination holds can't change before the final: ask while the agent answers
@@ -207,22 +268,50 @@ def _switch(machine: Machine, e: Entry, src: Leg, dst: Leg, prep: dict[str, Any]
     e.set(phase="paused")
     fault("move:after-pause")
     guard.check()
-    final = _stream(src, ["agent", "state-send", "--agent", name, "--to", prep["public_key"],
-                          "--phase", "final", "--inventory", "-"],
-                    inventory,
-                    dst, ["agent", "state-receive", "--receiver", prep["receiver"], "--json"])
+    final = _stream(
+        src,
+        [
+            "agent",
+            "state-send",
+            "--agent",
+            name,
+            "--to",
+            prep["public_key"],
+            "--phase",
+            "final",
+            "--inventory",
+            "-",
+        ],
+        inventory,
+        dst,
+        ["agent", "state-receive", "--receiver", prep["receiver"], "--json"],
+    )
     e.set(phase="committed")
     fault("move:after-commit")
     guard.check()
-    status = _finish_forward(machine, e, say, answered=lambda: timings.update(
-        pause_s=round(time.monotonic() - t_pause, 3)))
+    status = _finish_forward(
+        machine,
+        e,
+        say,
+        answered=lambda: timings.update(pause_s=round(time.monotonic() - t_pause, 3)),
+    )
     timings["total_s"] = round(time.monotonic() - e_started, 3)
-    return {"agent": name, "id": e.agent_id, "from": e.src, "to": e.dst, "bulk": bulk,
-            "final": final, "status": status, "started": not e.no_start, "timings": timings}
+    return {
+        "agent": name,
+        "id": e.agent_id,
+        "from": e.src,
+        "to": e.dst,
+        "bulk": bulk,
+        "final": final,
+        "status": status,
+        "started": not e.no_start,
+        "timings": timings,
+    }
 
 
-def _finish_forward(machine: Machine, e: Entry, say: Say,
-                    answered: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
+def _finish_forward(
+    machine: Machine, e: Entry, say: Say, answered: Callable[[], None] = lambda: None
+) -> dict[str, Any] | None:
     src, dst = place_leg(machine, e.src), place_leg(machine, e.dst)
     status = None
     if not e.no_start:
@@ -231,16 +320,19 @@ def _finish_forward(machine: Machine, e: Entry, say: Say,
         if "running" not in status:
             status = _run_json(dst, ["agent", "status", "--agent", e.agent, "--json"]) or {}
         if not status.get("running") or status.get("id") != e.agent_id:
-            raise TransportError(f"{e.agent} does not answer on {dst.name} after the move",
-                                 hint=f"see lnk box run {e.dst} -- lnk agent logs")
+            raise TransportError(
+                f"{e.agent} does not answer on {dst.name} after the move",
+                hint=f"see lnk box run {e.dst} -- lnk agent logs",
+            )
     elif not _holds(dst, e):
-        raise TransportError(f"{e.agent} is not on {dst.name} after the move",
-                             hint="the copy where it was stays; move it again")
+        raise TransportError(
+            f"{e.agent} is not on {dst.name} after the move",
+            hint="the copy where it was stays; move it again",
+        )
     answered()
     e.set(phase="answering")
     fault("move:after-start")
-    src.run(["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id,
-             "--to", dst.name])
+    src.run(["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id, "--to", dst.name])
     e.set(phase="cleaned")
     journal.set_location(machine, e.agent, e.agent_id, e.dst)
     e.remove()
@@ -253,8 +345,9 @@ def _holds(leg: Leg, e: Entry) -> bool:
     r = leg.run(["agent", "status", "--agent", e.agent, "--json"], check=False)
     if r.returncode != 0:
         if r.returncode == 255 or b"cannot reach" in r.stderr:
-            raise TransportError(f"{leg.name} does not answer",
-                                 hint="the move stays in the journal until it does")
+            raise TransportError(
+                f"{leg.name} does not answer", hint="the move stays in the journal until it does"
+            )
         return False
     try:
         return bool(json.loads(r.stdout).get("id") == e.agent_id)
@@ -275,12 +368,15 @@ def _remove_copy(dst: Leg, e: Entry) -> LnkError | None:
             return None
     except TransportError as err:
         return err
-    for args in (["agent", "stop", "--agent", e.agent],
-                 ["agent", "remove", e.agent, "--yes", "--files", "delete"]):
+    for args in (
+        ["agent", "stop", "--agent", e.agent],
+        ["agent", "remove", e.agent, "--yes", "--files", "delete"],
+    ):
         if dst.run(args, check=False).returncode == SSH_FAILED:
             # the box doesn't answer: its copy stays an entry until it does
-            return TransportError(f"{dst.name} does not answer, so {e.agent}'s copy there "
-                                  "is not removed yet")
+            return TransportError(
+                f"{dst.name} does not answer, so {e.agent}'s copy there is not removed yet"
+            )
     return None
 
 
@@ -306,8 +402,10 @@ def _undo(machine: Machine, e: Entry, say: Say) -> None:
     except LnkError as err:
         stale = err
     if stale is not None:
-        say(f"could not finish undoing the move yet ({stale}); it stays in the journal and "
-            "the next lnk agent move or start of it finishes it")
+        say(
+            f"could not finish undoing the move yet ({stale}); it stays in the journal and "
+            "the next lnk agent move or start of it finishes it"
+        )
         return
     e.remove()
 

@@ -25,11 +25,11 @@ from lnk.agents.machine import account_owner
 from lnk.agents.registry import Agent, find_by_id, taken_blocks
 from lnk.agents.settings import Settings, migrate
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
-from lnk.formats import manifest as M
 from lnk.formats.stream import StreamReader
-from lnk.transport import commit
-from lnk.transport.receivers import Receiver, open_receiver, prepare
-from lnk.transport.staging import Stage, disk_full
+from lnk.payload import commit
+from lnk.payload import manifest as M
+from lnk.payload.receivers import Receiver, open_receiver, prepare
+from lnk.payload.staging import Stage, disk_full
 
 
 @dataclass
@@ -60,24 +60,29 @@ def check_destination(machine: Machine, head: M.Head) -> Agent | None:
         raise AlreadyExists(
             f"an agent named {head.name!r} already lives here, and it is another agent than the "
             f"one in the stream ({head.agent_id})",
-            hint=f"remove or rename it first (lnk agent remove {head.name}), then send again")
+            hint=f"remove or rename it first (lnk agent remove {head.name}), then send again",
+        )
     if existing is not None and existing.name != head.name:
         raise AlreadyExists(
             f"the agent {head.agent_id} lives here as {existing.name!r}, the stream names it "
-            f"{head.name!r}", hint="rename one of them so both ends agree")
+            f"{head.name!r}",
+            hint="rename one of them so both ends agree",
+        )
     if head.owner.startswith("acct-") and account_owner(machine) != head.owner:
-        raise Refused(f"the agent belongs to the account {head.owner}, and this machine is not "
-                      "signed in as it", hint="sign in here as that account first")
+        raise Refused(
+            f"the agent belongs to the account {head.owner}, and this machine is not "
+            "signed in as it",
+            hint="sign in here as that account first",
+        )
     if existing is not None:
-        from lnk.agents.service import is_running
+        from lnk.runtime.service import is_running
 
         if is_running(existing):
             raise Refused(f"{existing.name} is running here", hint="stop it here first, or move it")
     return existing
 
 
-def _settings_here(head: M.Head, existing: Agent | None, machine: Machine,
-                   store: str) -> Settings:
+def _settings_here(head: M.Head, existing: Agent | None, machine: Machine, store: str) -> Settings:
     try:
         data, _ = migrate(dict(head.settings))
         data["id"], data["name"], data["owner"] = head.agent_id, head.name, head.owner
@@ -92,17 +97,28 @@ def _settings_here(head: M.Head, existing: Agent | None, machine: Machine,
     return s
 
 
-def receive(machine: Machine, rid: str, inp: BinaryIO, *, store: str | None = None,
-            progress: Callable[[int], None] | None = None) -> ReceiveReport:
+def receive(
+    machine: Machine,
+    rid: str,
+    inp: BinaryIO,
+    *,
+    store: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReceiveReport:
     commit.finish_pending(machine)
     r = open_receiver(machine, rid)
     reader = StreamReader(inp, r.key())
     return _receive(machine, r, reader, lambda: reader.stream_id.hex(), store, progress)
 
 
-def receive_records(machine: Machine, records: Iterable[tuple[int, bytes]], *,
-                    store: str | None = None, progress: Callable[[int], None] | None = None,
-                    stream_id: str = "") -> ReceiveReport:
+def receive_records(
+    machine: Machine,
+    records: Iterable[tuple[int, bytes]],
+    *,
+    store: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    stream_id: str = "",
+) -> ReceiveReport:
     """Receive a payload given as records (HEAD, FILES, DATA, COLLECTION, SUMMARY) rather
     than a sealed stream (a restore from a backup): the same checks, the same atomic apply."""
     commit.finish_pending(machine)
@@ -114,9 +130,14 @@ def receive_records(machine: Machine, records: Iterable[tuple[int, bytes]], *,
             r.abandon()
 
 
-def _receive(machine: Machine, r: Receiver, records: Iterable[tuple[int, bytes]],
-             stream_id: Callable[[], str], store: str | None,
-             progress: Callable[[int], None] | None) -> ReceiveReport:
+def _receive(
+    machine: Machine,
+    r: Receiver,
+    records: Iterable[tuple[int, bytes]],
+    stream_id: Callable[[], str],
+    store: str | None,
+    progress: Callable[[int], None] | None,
+) -> ReceiveReport:
     stage = Stage(r, store)
     existing: Agent | None = None
     try:
@@ -133,9 +154,18 @@ def _receive(machine: Machine, r: Receiver, records: Iterable[tuple[int, bytes]]
         stage.finish()
         head = stage.head
         assert head is not None
-        report = ReceiveReport(head.name, head.agent_id, head.owner, head.phase, False,
-                               stage.entries, stage.files, stage.data_bytes, stage.collections,
-                               stream_id=stream_id())
+        report = ReceiveReport(
+            head.name,
+            head.agent_id,
+            head.owner,
+            head.phase,
+            False,
+            stage.entries,
+            stage.files,
+            stage.data_bytes,
+            stage.collections,
+            stream_id=stream_id(),
+        )
         if head.phase == "bulk":
             _keep_bulk(r, stage, stream_id())
             return report
@@ -149,8 +179,10 @@ def _receive(machine: Machine, r: Receiver, records: Iterable[tuple[int, bytes]]
             raise disk_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) from e
         raise
     except commit.Conflict as e:
-        raise Refused(f"the stream's files clash with what is here: {e}",
-                      hint="move the thing in the way aside, then send again") from e
+        raise Refused(
+            f"the stream's files clash with what is here: {e}",
+            hint="move the thing in the way aside, then send again",
+        ) from e
     finally:
         # never hide the error already on its way (a full disk fails the close too)
         with contextlib.suppress(OSError, sqlite3.Error):
@@ -163,15 +195,19 @@ def _receive(machine: Machine, r: Receiver, records: Iterable[tuple[int, bytes]]
 def _check_phase(r: Any, head: M.Head) -> None:
     expected = r.info().get("agent_id")
     if expected and expected != head.agent_id:  # its inventory indexes another agent's files
-        raise M.bad(f"this receiver was prepared for the agent {expected}, the stream carries "
-                    f"{head.agent_id}")
+        raise M.bad(
+            f"this receiver was prepared for the agent {expected}, the stream carries "
+            f"{head.agent_id}"
+        )
     if head.phase != "final":
         return
     held = r.info().get("bulk_stream")
     if not held or head.base_stream != held:
         raise StreamError(
             f"this final phase builds on stream {head.base_stream}, but this receiver holds "
-            f"{held or 'no bulk phase'}", hint="send the bulk phase to this receiver first")
+            f"{held or 'no bulk phase'}",
+            hint="send the bulk phase to this receiver first",
+        )
 
 
 def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
@@ -183,8 +219,14 @@ def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
     r.set_info(bulk_stream=stream_id)
 
 
-def _commit(machine: Machine, r: Any, stage: Stage, head: M.Head, existing: Agent | None,
-            report: ReceiveReport) -> ReceiveReport:
+def _commit(
+    machine: Machine,
+    r: Any,
+    stage: Stage,
+    head: M.Head,
+    existing: Agent | None,
+    report: ReceiveReport,
+) -> ReceiveReport:
     agent_root = machine.folders(head.name).root
     report.unchanged_home_files = commit.materialize(stage, r, agent_root)
     settings = _settings_here(head, existing, machine, stage.store_driver or "files")
@@ -199,16 +241,28 @@ def _commit(machine: Machine, r: Any, stage: Stage, head: M.Head, existing: Agen
             report.dropped_grants = filtered.dropped
     # an agent coming back keeps the grants it has here
     try:
-        commit.decide(r, {"name": head.name, "id": head.agent_id, "agent_root": str(agent_root),
-                          "settings_file": str(machine.settings_file(head.name)),
-                          "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json"),
-                          "drop_kept": _kept_base(r, agent_root)})
+        commit.decide(
+            r,
+            {
+                "name": head.name,
+                "id": head.agent_id,
+                "agent_root": str(agent_root),
+                "settings_file": str(machine.settings_file(head.name)),
+                "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json"),
+                "drop_kept": _kept_base(r, agent_root),
+            },
+        )
     except OSError as e:
-        raise TransportError(f"could not write the commit journal: {e}",
-                             hint="nothing was applied; free space and try again") from e
+        raise TransportError(
+            f"could not write the commit journal: {e}",
+            hint="nothing was applied; free space and try again",
+        ) from e
     stage.close()
-    report.skipped = commit.apply(r, before_cleanup=lambda skipped: _remember_hashes(
-        stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root, skipped)
+    report.skipped = commit.apply(
+        r,
+        before_cleanup=lambda skipped: _remember_hashes(
+            stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root, skipped
+        ),
     )["skipped"]
     report.committed = True
     return report
@@ -222,14 +276,13 @@ def _kept_base(r: Any, agent_root: Path) -> str | None:
     return str(base) if (Path(base) / "Agent").is_dir() else None
 
 
-def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path,
-                     skipped: list[str]) -> None:
+def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: list[str]) -> None:
     """The receiver knows every file's SHA-256: the next send or receive hashes nothing.
 
     Only a file that is there as written (same size) is remembered, keyed by its stat
     now, so anything that changes it later is hashed again.
     """
-    from lnk.transport.walk import HashCache
+    from lnk.payload.walk import HashCache
 
     skip = {f"Home/{p}" for p in skipped}
     cache = HashCache(cache_path)

@@ -21,11 +21,11 @@ from typing import Any, BinaryIO
 from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
 from lnk.errors import StreamError
-from lnk.formats import manifest as M
 from lnk.formats.keys import PublicKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter
-from lnk.transport.inventory import Inventory
-from lnk.transport.walk import HashCache, WalkedFile, WalkStats, walk_agent
+from lnk.payload import manifest as M
+from lnk.payload.inventory import Inventory
+from lnk.payload.walk import HashCache, WalkedFile, WalkStats, walk_agent
 
 BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
@@ -57,8 +57,13 @@ def collection_key(kind: str, name: str) -> str:
 
 
 class _Sender:
-    def __init__(self, writer: StreamWriter, inventory: Inventory | None,
-                 report: SendReport, progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        writer: StreamWriter,
+        inventory: Inventory | None,
+        report: SendReport,
+        progress: Callable[[int], None] | None,
+    ) -> None:
         self.w = writer
         self.inv = inventory or Inventory()
         self.report = report
@@ -88,8 +93,11 @@ class _Sender:
                     self.sent.add(digest)
                 self.pending.append(f)
                 self.pending_bytes += f.size
-            self.batch.append(M.FileEntry(f.rel, "f", f.mode, f.size, f.sha256, f.group, data,
-                                          f.mtime_ns).to_json())
+            self.batch.append(
+                M.FileEntry(
+                    f.rel, "f", f.mode, f.size, f.sha256, f.group, data, f.mtime_ns
+                ).to_json()
+            )
         if len(self.batch) >= M.FILES_PER_RECORD or self.pending_bytes >= BATCH_DATA_BYTES:
             self.flush()
 
@@ -108,10 +116,10 @@ class _Sender:
             left = f.size
             with open(f.source, "rb", buffering=0) as src:
                 while left > 0:
-                    n = src.readinto(view[fill:fill + min(RECORD_MAX - fill, left)])
+                    n = src.readinto(view[fill : fill + min(RECORD_MAX - fill, left)])
                     if not n:
                         break
-                    h.update(view[fill:fill + n])
+                    h.update(view[fill : fill + n])
                     fill += n
                     left -= n
                     if fill == RECORD_MAX:
@@ -120,7 +128,8 @@ class _Sender:
             if left or h.hexdigest() != f.sha256:
                 raise StreamError(
                     f"{f.rel} changed while it was being sent",
-                    hint="send again: only what the receiver does not hold yet goes")
+                    hint="send again: only what the receiver does not hold yet goes",
+                )
         if fill:
             self._data(view[:fill])
         self.pending = []
@@ -132,10 +141,19 @@ class _Sender:
         self.progress(len(buf))
 
 
-def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str = "full",
-               inventory: Inventory | None = None, since: dict[str, int] | None = None,
-               base_stream: str | None = None, level: int = 3, workers: int = 2,
-               progress: Callable[[int], None] | None = None) -> SendReport:
+def send_agent(
+    agent: Agent,
+    out: BinaryIO,
+    recipient: PublicKey,
+    *,
+    phase: str = "full",
+    inventory: Inventory | None = None,
+    since: dict[str, int] | None = None,
+    base_stream: str | None = None,
+    level: int = 3,
+    workers: int = 2,
+    progress: Callable[[int], None] | None = None,
+) -> SendReport:
     """Write the whole agent as one sealed stream to ``out``."""
     if phase not in M.PHASES:
         raise StreamError(f"unknown phase {phase!r}", hint="use full, bulk or final")
@@ -144,8 +162,9 @@ def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str 
     folders = agent.folders
     grants = folders.sandbox_toml.read_text() if folders.sandbox_toml.exists() else ""
     head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, phase, base_stream)
-    writer = StreamWriter(out, recipient, {"kind": "lnk-move", "phase": phase},
-                          level=level, workers=workers)
+    writer = StreamWriter(
+        out, recipient, {"kind": "lnk-move", "phase": phase}, level=level, workers=workers
+    )
     report = SendReport(writer.stream_id.hex(), phase)
     snap_dir = Path(tempfile.mkdtemp(prefix="lnk-send-"))
     cache = HashCache(agent.runtime / "hashes.sqlite")
@@ -166,9 +185,18 @@ def send_agent(agent: Agent, out: BinaryIO, recipient: PublicKey, *, phase: str 
         report.hashed_bytes = stats.hashed_bytes
         report.skipped_links = stats.skipped_links
         report.skipped_special = stats.skipped_special
-        writer.write(M.SUMMARY, M.dump({
-            "entries": report.entries, "files": report.files, "data_bytes": report.data_bytes,
-            "collections": report.collections, "records": report.collection_records}))
+        writer.write(
+            M.SUMMARY,
+            M.dump(
+                {
+                    "entries": report.entries,
+                    "files": report.files,
+                    "data_bytes": report.data_bytes,
+                    "collections": report.collections,
+                    "records": report.collection_records,
+                }
+            ),
+        )
         summary = writer.close()
         report.wire_bytes = summary.wire_bytes
     except BaseException:
@@ -189,8 +217,9 @@ class _Spooled:
     watermarks: dict[str, int] = field(default_factory=dict)
 
 
-def _spool_collections(agent: Agent, spool: BinaryIO, since: dict[str, int],
-                       inventory: Inventory | None) -> _Spooled:
+def _spool_collections(
+    agent: Agent, spool: BinaryIO, since: dict[str, int], inventory: Inventory | None
+) -> _Spooled:
     """Export every collection as JSON lines into ``spool`` (one export record a line).
 
     It runs on a thread of its own while the files go, so reading a conversation's
@@ -206,8 +235,9 @@ def _spool_collections(agent: Agent, spool: BinaryIO, since: dict[str, int],
             if cid.shape == "log":
                 start = since.get(key, 0)
                 if not start and inventory is not None and inventory.logs:
-                    start = inventory.log_since(key, store.last_number(cid),
-                                                lambda n, c=cid: _event_digest(store, c, n))
+                    start = inventory.log_since(
+                        key, store.last_number(cid), lambda n, c=cid: _event_digest(store, c, n)
+                    )
             last = start
             out.collections += 1
             for rec in store.export(cid, start):

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lnk.cachedb import CacheDB
-from lnk.formats.manifest import FILE_ROOTS
+from lnk.payload.cachedb import CacheDB
+from lnk.payload.manifest import FILE_ROOTS
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
@@ -66,8 +66,13 @@ class HashCache(CacheDB):
     """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same."""
 
     def __init__(self, path: Path | None) -> None:
-        super().__init__(path, ("CREATE TABLE IF NOT EXISTS h (path TEXT PRIMARY KEY, size INT, "
-                                "mtime INT, ctime INT, ino INT, sha TEXT)",))
+        super().__init__(
+            path,
+            (
+                "CREATE TABLE IF NOT EXISTS h (path TEXT PRIMARY KEY, size INT, "
+                "mtime INT, ctime INT, ino INT, sha TEXT)",
+            ),
+        )
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
         row = self.row("SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?", (rel,))
@@ -76,8 +81,10 @@ class HashCache(CacheDB):
         return None
 
     def store(self, rel: str, st: os.stat_result, sha: str) -> None:
-        self.write("INSERT OR REPLACE INTO h VALUES (?,?,?,?,?,?)",
-                   (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha))
+        self.write(
+            "INSERT OR REPLACE INTO h VALUES (?,?,?,?,?,?)",
+            (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha),
+        )
 
 
 def is_sqlite(path: Path) -> bool:
@@ -103,9 +110,14 @@ def sqlite_snapshot(path: Path, into: Path) -> Path:
     return dest
 
 
-def walk_agent(agent_root: Path, cache: HashCache, stats: WalkStats,
-               snapshot_dir: Path | None = None, *, hash_files: bool = True
-               ) -> Iterator[WalkedFile]:
+def walk_agent(
+    agent_root: Path,
+    cache: HashCache,
+    stats: WalkStats,
+    snapshot_dir: Path | None = None,
+    *,
+    hash_files: bool = True,
+) -> Iterator[WalkedFile]:
     """Every folder and regular file under the agent's file roots, in a stable order.
 
     ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
@@ -123,9 +135,15 @@ def walk_agent(agent_root: Path, cache: HashCache, stats: WalkStats,
         yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files)
 
 
-def _walk_dir(path: Path, rel: str, cache: HashCache, stats: WalkStats,
-              groups: dict[tuple[int, int], int], snap_dir: Path,
-              hash_files: bool = True) -> Iterator[WalkedFile]:
+def _walk_dir(
+    path: Path,
+    rel: str,
+    cache: HashCache,
+    stats: WalkStats,
+    groups: dict[tuple[int, int], int],
+    snap_dir: Path,
+    hash_files: bool = True,
+) -> Iterator[WalkedFile]:
     st = os.lstat(path)
     stats.folders += 1
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
@@ -155,9 +173,16 @@ def _walk_dir(path: Path, rel: str, cache: HashCache, stats: WalkStats,
         yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files)
 
 
-def _file(path: Path, rel: str, st: os.stat_result, cache: HashCache, stats: WalkStats,
-          groups: dict[tuple[int, int], int], snap_dir: Path,
-          hash_files: bool = True) -> WalkedFile:
+def _file(
+    path: Path,
+    rel: str,
+    st: os.stat_result,
+    cache: HashCache,
+    stats: WalkStats,
+    groups: dict[tuple[int, int], int],
+    snap_dir: Path,
+    hash_files: bool = True,
+) -> WalkedFile:
     stats.files += 1
     mode = stat.S_IMODE(st.st_mode)
     group, first = None, True
@@ -173,8 +198,9 @@ def _file(path: Path, rel: str, st: os.stat_result, cache: HashCache, stats: Wal
         size = snap.stat().st_size
         stats.hashed_bytes += size
         stats.bytes += size
-        return WalkedFile(rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first,
-                          snap)
+        return WalkedFile(
+            rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap
+        )
     sha = cache.lookup(rel, st)
     if sha is None and not hash_files:
         sha = ""

@@ -30,8 +30,10 @@ class Inventory:
 
     def __init__(self, blob: bytes = b"", logs: dict[str, list[Any]] | None = None) -> None:
         if len(blob) % DIGEST:
-            raise InvalidInput("an inventory is a whole number of 32-byte digests",
-                               hint="make a new one with lnk agent state-receive --inventory")
+            raise InvalidInput(
+                "an inventory is a whole number of 32-byte digests",
+                hint="make a new one with lnk agent state-receive --inventory",
+            )
         self.blob = blob
         self.logs = logs or {}
 
@@ -54,7 +56,7 @@ class Inventory:
         blob = self.blob
         while lo < hi:
             mid = (lo + hi) // 2
-            cur = blob[mid * DIGEST:(mid + 1) * DIGEST]
+            cur = blob[mid * DIGEST : (mid + 1) * DIGEST]
             if cur < d:
                 lo = mid + 1
             elif cur > d:
@@ -78,25 +80,28 @@ class Inventory:
     def from_bytes(cls, data: bytes) -> Inventory:
         logs: dict[str, list[Any]] = {}
         if data.startswith(MAGIC2):
-            (n,) = struct.unpack(">I", data[len(MAGIC2):len(MAGIC2) + 4])
+            (n,) = struct.unpack(">I", data[len(MAGIC2) : len(MAGIC2) + 4])
             if n > MAX_LOGS_JSON:
                 raise InvalidInput("the inventory's log list is too large", hint="make a new one")
             start = len(MAGIC2) + 4
             try:
-                meta = json.loads(data[start:start + n])
+                meta = json.loads(data[start : start + n])
                 logs = dict(meta.get("logs", {}))
             except (ValueError, AttributeError, TypeError) as e:
-                raise InvalidInput(f"the inventory's log list is damaged ({e})",
-                                   hint="make a new one") from e
-            blob = data[start + n:]
+                raise InvalidInput(
+                    f"the inventory's log list is damaged ({e})", hint="make a new one"
+                ) from e
+            blob = data[start + n :]
         elif data.startswith(MAGIC):
-            blob = data[len(MAGIC):]
+            blob = data[len(MAGIC) :]
         else:
-            raise InvalidInput("that is not an lnk inventory",
-                               hint="make one with lnk agent state-receive --inventory --receiver R")
+            raise InvalidInput(
+                "that is not an lnk inventory",
+                hint="make one with lnk agent state-receive --inventory --receiver R",
+            )
         inv = cls(blob, logs)
         for i in range(1, len(inv)):
-            if blob[(i - 1) * DIGEST:i * DIGEST] >= blob[i * DIGEST:(i + 1) * DIGEST]:
+            if blob[(i - 1) * DIGEST : i * DIGEST] >= blob[i * DIGEST : (i + 1) * DIGEST]:
                 raise InvalidInput("the inventory is not sorted", hint="make a new one")
         return inv
 

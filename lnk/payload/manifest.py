@@ -23,14 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from lnk.errors import InvalidInput, StreamError
+from lnk.formats.records import FORMAT
 
-MANIFEST_NAME = "lnk-move-4.json"
-FORMAT = 4
+MANIFEST_NAME = f"lnk-move-{FORMAT}.json"
 
 # record types of the payload (the format layer reserves 0x7F)
 HEAD, FILES, DATA, COLLECTION, SUMMARY = 0x01, 0x02, 0x03, 0x04, 0x05
-RECORD_NAMES = {HEAD: "HEAD", FILES: "FILES", DATA: "DATA", COLLECTION: "COLLECTION",
-                SUMMARY: "SUMMARY"}
+RECORD_NAMES = {
+    HEAD: "HEAD",
+    FILES: "FILES",
+    DATA: "DATA",
+    COLLECTION: "COLLECTION",
+    SUMMARY: "SUMMARY",
+}
 
 # limits a receiver enforces before it believes anything
 MAX_ENTRIES = 5_000_000
@@ -49,8 +54,10 @@ SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def bad(msg: str) -> StreamError:
-    return StreamError(f"refused the stream: {msg}",
-                       hint="nothing was applied; the stream may be damaged or hostile")
+    return StreamError(
+        f"refused the stream: {msg}",
+        hint="nothing was applied; the stream may be damaged or hostile",
+    )
 
 
 def check_path(p: Any) -> str:
@@ -111,21 +118,30 @@ class FileEntry:
         path = check_path(d.get("p"))
         kind = d.get("t")
         if kind not in ("f", "d"):
-            raise bad(f"{path!r} is a {kind!r}: only files and folders travel "
-                      "(links, devices and fifos never do)")
+            raise bad(
+                f"{path!r} is a {kind!r}: only files and folders travel "
+                "(links, devices and fifos never do)"
+            )
         mode = d.get("m")
         if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
             raise bad(f"{path!r} has an invalid mode")
         mode &= 0o777  # never setuid, setgid or sticky
         if kind == "d":
             return cls(path, "d", mode | 0o700)
-        size, sha, group, data, mtime = d.get("s"), d.get("h"), d.get("g"), d.get("d"), d.get("mt", 0)
+        size, sha, group, data, mtime = (
+            d.get("s"),
+            d.get("h"),
+            d.get("g"),
+            d.get("d"),
+            d.get("mt", 0),
+        )
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_SIZE:
             raise bad(f"{path!r} declares an invalid size")
         if not isinstance(sha, str) or not SHA_RE.match(sha):
             raise bad(f"{path!r} has an invalid SHA-256")
-        if group is not None and (not isinstance(group, int) or isinstance(group, bool)
-                                  or not 0 <= group < MAX_ENTRIES):
+        if group is not None and (
+            not isinstance(group, int) or isinstance(group, bool) or not 0 <= group < MAX_ENTRIES
+        ):
             raise bad(f"{path!r} has an invalid hard-link group")
         if not isinstance(data, bool):
             raise bad(f"{path!r} has an invalid data flag")
@@ -145,10 +161,15 @@ class Head:
     base_stream: str | None = None  # the bulk stream a final phase builds on
 
     def to_json(self) -> dict[str, Any]:
-        return {"manifest": MANIFEST_NAME, "format": FORMAT, "agent": {
-            "id": self.agent_id, "owner": self.owner, "name": self.name},
-            "settings": self.settings, "grants": self.grants, "phase": self.phase,
-            "base_stream": self.base_stream}
+        return {
+            "manifest": MANIFEST_NAME,
+            "format": FORMAT,
+            "agent": {"id": self.agent_id, "owner": self.owner, "name": self.name},
+            "settings": self.settings,
+            "grants": self.grants,
+            "phase": self.phase,
+            "base_stream": self.base_stream,
+        }
 
     @classmethod
     def from_json(cls, d: Any) -> Head:
@@ -160,7 +181,8 @@ class Head:
 
             raise FormatMismatch(
                 f"the stream's manifest is {str(name)[:60]!r}; this lnk reads {MANIFEST_NAME}",
-                hint="the two ends speak different stream formats: upgrade the older lnk")
+                hint="the two ends speak different stream formats: upgrade the older lnk",
+            )
         agent = d.get("agent")
         if not isinstance(agent, dict):
             raise bad("the manifest names no agent")

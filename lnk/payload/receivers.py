@@ -1,10 +1,10 @@
 """One-time receivers: ``~/.lnk/receivers/<receiver>/``.
 
-    key             the receiver's private key seed, mode 0600, deleted at commit or abandon
-    receiver.json   when it was made, for which agent, the bulk phase it holds
-    local.sqlite    content this machine already holds for that agent: sha256 -> path
-    objects/<sha>   verified content staged by streams to this receiver
-    bulk/           what a verified bulk phase left for its final phase
+key             the receiver's private key seed, mode 0600, deleted at commit or abandon
+receiver.json   when it was made, for which agent, the bulk phase it holds
+local.sqlite    content this machine already holds for that agent: sha256 -> path
+objects/<sha>   verified content staged by streams to this receiver
+bulk/           what a verified bulk phase left for its final phase
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from lnk.agents.layout import Machine
 from lnk.agents.registry import find_by_id
 from lnk.errors import InvalidInput, NotFound
 from lnk.formats.keys import ReceiverKey
-from lnk.transport.inventory import Inventory
-from lnk.transport.walk import HashCache, WalkStats, walk_agent
+from lnk.payload.inventory import Inventory
+from lnk.payload.walk import HashCache, WalkStats, walk_agent
 
 RECEIVER_PREFIX = "rcv-"
 
@@ -51,8 +51,10 @@ class Receiver:
         try:
             return ReceiverKey.from_seed((self.dir / "key").read_bytes())
         except FileNotFoundError:
-            raise NotFound(f"the receiver {self.rid} has no key here (committed or abandoned)",
-                           hint="prepare a new receiver: lnk agent state-receive --prepare") from None
+            raise NotFound(
+                f"the receiver {self.rid} has no key here (committed or abandoned)",
+                hint="prepare a new receiver: lnk agent state-receive --prepare",
+            ) from None
 
     def info(self) -> dict[str, Any]:
         try:
@@ -92,8 +94,9 @@ class Receiver:
     def local_sha(self, rel: str) -> str | None:
         """The SHA-256 of the file at ``rel`` in the base, as indexed at prepare."""
         con = self._local()
-        row = None if con is None else con.execute(
-            "SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
+        row = (
+            None if con is None else con.execute("SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
+        )
         return str(row[0]) if row else None
 
     def inventory(self) -> Inventory:
@@ -121,18 +124,23 @@ class Receiver:
 
 
 def check_receiver_id(rid: str) -> str:
-    if not (rid.startswith(RECEIVER_PREFIX) and rid[len(RECEIVER_PREFIX):].isalnum()
-            and len(rid) <= 40):
-        raise InvalidInput(f"{rid!r} is not a receiver",
-                           hint="use the receiver that lnk agent state-receive --prepare printed")
+    if not (
+        rid.startswith(RECEIVER_PREFIX) and rid[len(RECEIVER_PREFIX) :].isalnum() and len(rid) <= 40
+    ):
+        raise InvalidInput(
+            f"{rid!r} is not a receiver",
+            hint="use the receiver that lnk agent state-receive --prepare printed",
+        )
     return rid
 
 
 def open_receiver(machine: Machine, rid: str) -> Receiver:
     r = Receiver(machine, check_receiver_id(rid))
     if not r.dir.is_dir():
-        raise NotFound(f"no receiver {rid} on this machine (committed, abandoned or never made)",
-                       hint="prepare a new one: lnk agent state-receive --prepare")
+        raise NotFound(
+            f"no receiver {rid} on this machine (committed, abandoned or never made)",
+            hint="prepare a new one: lnk agent state-receive --prepare",
+        )
     return r
 
 
@@ -145,8 +153,10 @@ def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> b
         other = find(machine, name)
         from lnk.errors import AlreadyExists
 
-        raise AlreadyExists(f"another agent named {name!r} ({other.id}) already lives here",
-                            hint=f"remove or rename it there first (lnk agent remove {name})")
+        raise AlreadyExists(
+            f"another agent named {name!r} ({other.id}) already lives here",
+            hint=f"remove or rename it there first (lnk agent remove {name})",
+        )
     return existing is not None
 
 

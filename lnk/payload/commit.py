@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from lnk.agents.layout import AGENT_COLLECTION_DIRS, Machine
-from lnk.transport.receivers import Receiver
-from lnk.transport.staging import Stage
+from lnk.payload.receivers import Receiver
+from lnk.payload.staging import Stage
 
 JOURNAL = "commit.json"
 
@@ -43,8 +43,11 @@ def _dest_kind(dest: Path, stop: Path) -> str | None:
         if st is not None and stat.S_ISLNK(st.st_mode):
             raise Conflict(f"{p} is a symbolic link")
         if p == dest:
-            kind = None if st is None else ("d" if stat.S_ISDIR(st.st_mode) else
-                                           "f" if stat.S_ISREG(st.st_mode) else "x")
+            kind = (
+                None
+                if st is None
+                else ("d" if stat.S_ISDIR(st.st_mode) else "f" if stat.S_ISREG(st.st_mode) else "x")
+            )
         if p == stop or p.parent == p:
             return kind
         p = p.parent
@@ -70,13 +73,15 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
             if have is not None and have != kind:
-                raise Conflict(f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
-                               f"but {'a folder' if have == 'd' else 'something else'} here")
+                raise Conflict(
+                    f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
+                    f"but {'a folder' if have == 'd' else 'something else'} here"
+                )
             if kind == "f" and have == "f" and grp is None and r.local_sha(path) == sha:
                 same += 1
                 continue
         else:
-            target = agent_dir / path[len("Agent/"):]
+            target = agent_dir / path[len("Agent/") :]
         if kind == "d":
             target.mkdir(parents=True, exist_ok=True)
             os.chmod(target, mode)
@@ -136,8 +141,7 @@ def decide(r: Receiver, plan: dict[str, Any]) -> None:
     os.replace(tmp, r.dir / JOURNAL)
 
 
-def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
-          ) -> dict[str, Any]:
+def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None) -> dict[str, Any]:
     """Roll a decided commit forward; safe to run again after a crash at any point.
 
     ``before_cleanup`` runs once everything is in place, before the receiver goes.

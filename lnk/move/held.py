@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lnk.agents import registry, service
+from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.errors import AgentNotRunning, LnkError, NotFound, TransportError
+from lnk.runtime import service
 
 Say = Callable[[str], None]
 
@@ -27,20 +28,32 @@ def new_message_id() -> str:
     return "msg-" + secrets.token_hex(8)
 
 
-def hold(machine: Machine, agent_id: str, name: str, thread: str, text: str,
-         message_id: str) -> Path:
+def hold(
+    machine: Machine, agent_id: str, name: str, thread: str, text: str, message_id: str
+) -> Path:
     d = machine.held_dir / agent_id
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     p = d / f"{message_id}.json"
-    p.write_text(json.dumps({"id": message_id, "agent": name, "agent_id": agent_id,
-                             "thread": thread, "text": text, "at": time.time()}))
+    p.write_text(
+        json.dumps(
+            {
+                "id": message_id,
+                "agent": name,
+                "agent_id": agent_id,
+                "thread": thread,
+                "text": text,
+                "at": time.time(),
+            }
+        )
+    )
     return p
 
 
-def send_to(machine: Machine, name: str, thread: str, text: str, message_id: str,
-            timeout: float = 300.0) -> str:
+def send_to(
+    machine: Machine, name: str, thread: str, text: str, message_id: str, timeout: float = 300.0
+) -> str:
     """Send wherever the agent is now: here, or on its box through that box's own lnk."""
-    from lnk.transport.move import HERE, place_leg, where_is
+    from lnk.move.move import HERE, place_leg, where_is
 
     name, _, place = where_is(machine, name)
     if place == HERE:
@@ -50,12 +63,26 @@ def send_to(machine: Machine, name: str, thread: str, text: str, message_id: str
         key = service.endpoint_key(a)
         if key is None or not service.is_running(a):
             raise AgentNotRunning(f"{name} is not running", hint=f"lnk agent start --agent {name}")
-        return send_message(a.settings.endpoint_port, key, thread, text, timeout=timeout,
-                            message_id=message_id)
+        return send_message(
+            a.settings.endpoint_port, key, thread, text, timeout=timeout, message_id=message_id
+        )
     leg = place_leg(machine, place)
     short = thread.split(":", 1)[1] if thread.startswith("link:") else thread
-    out = leg.run(["agent", "chat", "send", "--agent", name, "--thread", short,
-                   "--message-id", message_id, "--json", text]).stdout
+    out = leg.run(
+        [
+            "agent",
+            "chat",
+            "send",
+            "--agent",
+            name,
+            "--thread",
+            short,
+            "--message-id",
+            message_id,
+            "--json",
+            text,
+        ]
+    ).stdout
     return str(json.loads(out)["answer"])
 
 
@@ -67,8 +94,10 @@ def deliver_one(machine: Machine, path: Path, say: Say) -> dict[str, Any] | None
     try:
         answer = send_to(machine, msg["agent"], msg["thread"], msg["text"], msg["id"])
     except NotFound:
-        say(f"a message for {msg['agent']} can't be delivered (the agent is gone); here it is "
-            f"whole, sent {time.ctime(msg['at'])} on {msg['thread']}:\n{msg['text']}")
+        say(
+            f"a message for {msg['agent']} can't be delivered (the agent is gone); here it is "
+            f"whole, sent {time.ctime(msg['at'])} on {msg['thread']}:\n{msg['text']}"
+        )
         path.unlink(missing_ok=True)
         return {"id": msg["id"], "delivered": False, "text": msg["text"]}
     path.unlink(missing_ok=True)
@@ -93,11 +122,18 @@ def deliver_all(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any
     return out
 
 
-def chat(machine: Machine, name: str | None, thread: str, text: str, message_id: str | None,
-         say: Say, wait_s: float = 900.0) -> str:
+def chat(
+    machine: Machine,
+    name: str | None,
+    thread: str,
+    text: str,
+    message_id: str | None,
+    say: Say,
+    wait_s: float = 900.0,
+) -> str:
     """``lnk agent chat send``: straight to the agent, or held while it moves."""
-    from lnk.transport import journal
-    from lnk.transport.move import where_is
+    from lnk.move import journal
+    from lnk.move.move import where_is
 
     name, agent_id, _ = where_is(machine, name)
     message_id = message_id or new_message_id()

@@ -1,4 +1,4 @@
-"""``python -m lnk.agents.runner AGENT_ID``: one agent's harness, in the foreground.
+"""``python -m lnk.runtime.runner AGENT_ID``: one agent's harness, in the foreground.
 
 Started in the background by the service layer (stdout/stderr to
 ``<runtime>/harness.log``).  It:
@@ -73,9 +73,17 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 
 def harness_config(agent: registry.Agent, sandboxed: bool) -> dict[str, Any]:
     s = agent.settings
-    return {"id": s.id, "name": s.name, "owner": s.owner, "sandboxed": sandboxed,
-            "store": s.store, "chats": str(agent.folders.chats), "renew_s": s.renew_s,
-            "lapse_s": s.lapse_s, "model": asdict(s.model)}
+    return {
+        "id": s.id,
+        "name": s.name,
+        "owner": s.owner,
+        "sandboxed": sandboxed,
+        "store": s.store,
+        "chats": str(agent.folders.chats),
+        "renew_s": s.renew_s,
+        "lapse_s": s.lapse_s,
+        "model": asdict(s.model),
+    }
 
 
 def _connects_tcp(port: int) -> bool:
@@ -129,12 +137,30 @@ class Runner:
     def command(self) -> list[str]:
         port = self.agent.settings.endpoint_port
         if not self.sandboxed:
-            return [sys.executable, "-m", "lnk.harness", "serve",
-                    "--config", str(self.runtime / "harness.json"),
-                    "--key-file", str(self.runtime / "key"), "--port", str(port)]
-        inner = [sys.executable, "-m", "lnk.harness", "serve", "--config", bwrap.CONFIG_PATH,
-                 "--key-file", bwrap.KEY_PATH,
-                 "--unix", f"{bwrap.NET_DIR}/{bwrap.SOCKET_NAME}"]
+            return [
+                sys.executable,
+                "-m",
+                "lnk.harness",
+                "serve",
+                "--config",
+                str(self.runtime / "harness.json"),
+                "--key-file",
+                str(self.runtime / "key"),
+                "--port",
+                str(port),
+            ]
+        inner = [
+            sys.executable,
+            "-m",
+            "lnk.harness",
+            "serve",
+            "--config",
+            bwrap.CONFIG_PATH,
+            "--key-file",
+            bwrap.KEY_PATH,
+            "--unix",
+            f"{bwrap.NET_DIR}/{bwrap.SOCKET_NAME}",
+        ]
         env = {}
         key_env = self.agent.settings.model.key_env
         if self.agent.settings.model.provider != "offline" and key_env in os.environ:
@@ -144,13 +170,16 @@ class Runner:
     def prepare(self) -> None:
         s = self.agent.settings
         if not self.sandboxed and not load_machine(self.agent.machine).unsandboxed:
-            raise Refused(f"the agent {s.name} is set to run without a sandbox, and this "
-                          "machine refuses that (unsandboxed = false in ~/.lnk/machine.toml)",
-                          hint=f"turn its sandbox back on: lnk agent start {s.name} --sandbox")
+            raise Refused(
+                f"the agent {s.name} is set to run without a sandbox, and this "
+                "machine refuses that (unsandboxed = false in ~/.lnk/machine.toml)",
+                hint=f"turn its sandbox back on: lnk agent start {s.name} --sandbox",
+            )
         if not 0 < s.endpoint_port < 65536:
-            raise PortsUnavailable(f"the agent {s.name} has no endpoint port in its settings",
-                                   hint="start it with lnk agent start, which gives it a "
-                                        "block of ports")
+            raise PortsUnavailable(
+                f"the agent {s.name} has no endpoint port in its settings",
+                hint="start it with lnk agent start, which gives it a block of ports",
+            )
         self.runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.runtime, 0o700)
         (self.runtime / "exit.json").unlink(missing_ok=True)
@@ -180,22 +209,33 @@ class Runner:
     def start(self) -> None:
         self.prepare()
         cmd = self.command()
-        log(f"starting agent {self.agent.name} ({self.agent.id}), "
-            f"{'sandboxed' if self.sandboxed else 'WITHOUT a sandbox'}: {' '.join(cmd)}")
+        log(
+            f"starting agent {self.agent.name} ({self.agent.id}), "
+            f"{'sandboxed' if self.sandboxed else 'WITHOUT a sandbox'}: {' '.join(cmd)}"
+        )
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         if not self.wait_ready():
             if self.stopping.is_set():
                 return
             code = self.proc.poll()
-            raise LnkError(f"the harness did not start listening (exit {code})",
-                           hint=f"read {self.runtime / 'harness.log'}")
+            raise LnkError(
+                f"the harness did not start listening (exit {code})",
+                hint=f"read {self.runtime / 'harness.log'}",
+            )
         port = self.agent.settings.endpoint_port
         if self.sandboxed:
             self.relay = TcpToUnixRelay(port, self.agent.net / bwrap.SOCKET_NAME)
             self.relay.start()
-        write_json(self.runtime / "endpoint.json", {
-            "port": port, "pid": os.getpid(), "harness_pid": self.proc.pid,
-            "sandboxed": self.sandboxed, "started": iso_now()})
+        write_json(
+            self.runtime / "endpoint.json",
+            {
+                "port": port,
+                "pid": os.getpid(),
+                "harness_pid": self.proc.pid,
+                "sandboxed": self.sandboxed,
+                "started": iso_now(),
+            },
+        )
         log(f"agent {self.agent.name} answers on 127.0.0.1:{port}")
 
     def stop_harness(self) -> None:
@@ -267,8 +307,9 @@ class Runner:
         return 0
 
 
-def wait_for_endpoint(runtime: Path, timeout: float = READY_TIMEOUT_S,
-                      proc: subprocess.Popen[bytes] | None = None) -> dict[str, Any]:
+def wait_for_endpoint(
+    runtime: Path, timeout: float = READY_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None
+) -> dict[str, Any]:
     """Poll until the runner in ``runtime`` wrote endpoint.json (its harness listens).
 
     Raises AgentNotRunning if the runner gave up (exit.json, or ``proc`` exited)
@@ -292,15 +333,16 @@ def wait_for_endpoint(runtime: Path, timeout: float = READY_TIMEOUT_S,
         elif time.monotonic() > deadline:
             why = f"it did not answer within {timeout:g}s"
         if why:
-            raise AgentNotRunning(f"the agent did not start: {why}",
-                                  hint=f"read {runtime / 'harness.log'}")
+            raise AgentNotRunning(
+                f"the agent did not start: {why}", hint=f"read {runtime / 'harness.log'}"
+            )
         time.sleep(0.02)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m lnk.agents.runner AGENT_ID", file=sys.stderr)
+        print("usage: python -m lnk.runtime.runner AGENT_ID", file=sys.stderr)
         return 2
     machine = Machine.current()
     try:

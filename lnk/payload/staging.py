@@ -23,15 +23,17 @@ from typing import Any
 from lnk.agents.stores import clone_chats, open_agent_store, store_path
 from lnk.collections import CollectionId, FileStore, Store
 from lnk.errors import InvalidInput, TransportError
-from lnk.formats import manifest as M
-from lnk.transport.receivers import Receiver, base_chats
+from lnk.payload import manifest as M
+from lnk.payload.receivers import Receiver, base_chats
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
 def disk_full(e: OSError) -> TransportError:
-    return TransportError(f"the destination's disk is full ({e.strerror})",
-                          hint="free some space there and try again; nothing was applied")
+    return TransportError(
+        f"the destination's disk is full ({e.strerror})",
+        hint="free some space there and try again; nothing was applied",
+    )
 
 
 class Stage:
@@ -45,8 +47,10 @@ class Stage:
         (self.work / "incoming").mkdir()
         self.db = sqlite3.connect(self.work / "entries.sqlite", isolation_level=None)
         self.db.execute("PRAGMA synchronous=OFF")
-        self.db.execute("CREATE TABLE e (i INTEGER PRIMARY KEY, path TEXT UNIQUE, fold TEXT UNIQUE,"
-                        " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT)")
+        self.db.execute(
+            "CREATE TABLE e (i INTEGER PRIMARY KEY, path TEXT UNIQUE, fold TEXT UNIQUE,"
+            " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT)"
+        )
         self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT)")
         self.db.execute("BEGIN")
         self.head: M.Head | None = None
@@ -79,8 +83,10 @@ class Stage:
             raise M.bad("a record follows the summary")
         if self.head is None:
             if rtype != M.HEAD:
-                raise M.bad(f"the stream starts with a {M.RECORD_NAMES.get(rtype, hex(rtype))} "
-                            "record, not the manifest")
+                raise M.bad(
+                    f"the stream starts with a {M.RECORD_NAMES.get(rtype, hex(rtype))} "
+                    "record, not the manifest"
+                )
             self.head = M.Head.from_json(M.load_json(body, "manifest"))
             return
         try:
@@ -117,13 +123,16 @@ class Stage:
                 raise M.bad(f"the stream holds more than {M.MAX_ENTRIES} entries")
             self._check_parent(e.path)
             try:
-                self.db.execute("INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
-                                "VALUES (?,?,?,?,?,?,?,?)",
-                                (e.path, M.fold(e.path), e.kind, e.mode, e.size, e.sha256,
-                                 e.group, e.mtime_ns))
+                self.db.execute(
+                    "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
+                    "VALUES (?,?,?,?,?,?,?,?)",
+                    (e.path, M.fold(e.path), e.kind, e.mode, e.size, e.sha256, e.group, e.mtime_ns),
+                )
             except sqlite3.IntegrityError:
-                raise M.bad(f"{e.path!r} appears twice, or differs from another path only by "
-                            "case or Unicode normalisation") from None
+                raise M.bad(
+                    f"{e.path!r} appears twice, or differs from another path only by "
+                    "case or Unicode normalisation"
+                ) from None
             if e.kind == "d":
                 continue
             self.files += 1
@@ -162,8 +171,10 @@ class Stage:
                 if first[0] != mine[0]:
                     continue  # a link to an earlier member of this stream
             if self.r.local_path(e.sha256) is None:
-                raise M.bad(f"{e.path!r} carries no bytes and its content is held nowhere "
-                            "here (a link to something outside the stream?)")
+                raise M.bad(
+                    f"{e.path!r} carries no bytes and its content is held nowhere "
+                    "here (a link to something outside the stream?)"
+                )
         self.unresolved = []
 
     def _data(self, view: memoryview) -> None:
@@ -203,7 +214,7 @@ class Stage:
         self.line += body
         while (nl := self.line.find(b"\n")) >= 0:
             line = bytes(self.line[:nl])
-            del self.line[:nl + 1]
+            del self.line[: nl + 1]
             self._collection_record(M.load_json(line, "collection"), line)
         if len(self.line) > M.MAX_COLLECTION_LINE:
             raise M.bad("a collection record is larger than any collection holds")
@@ -219,7 +230,8 @@ class Stage:
             if self.collections > M.MAX_COLLECTIONS:
                 raise M.bad(f"the stream holds more than {M.MAX_COLLECTIONS} collections")
             self.coll_file = open(  # noqa: SIM115
-                self.work / f"collection-{self.collections}.jsonl", "w+b")
+                self.work / f"collection-{self.collections}.jsonl", "w+b"
+            )
             try:
                 self.coll_cid = CollectionId(str(rec.get("kind")), str(rec.get("name")))
             except InvalidInput as e:
@@ -244,8 +256,9 @@ class Stage:
             raise
         if self.importer is None:
             self.importer = ThreadPoolExecutor(1, "lnk-import")
-        self.imports.append(self.importer.submit(
-            _import, store, f, self.coll_cid if self.coll_fresh else None))
+        self.imports.append(
+            self.importer.submit(_import, store, f, self.coll_cid if self.coll_fresh else None)
+        )
         while len(self.imports) > 2:
             self._wait_import()
 
@@ -321,8 +334,13 @@ class Stage:
         if self.summary is None:
             raise M.bad("the stream carries no summary")
         self._resolve_unresolved()
-        want = {"entries": self.entries, "files": self.files, "data_bytes": self.data_bytes,
-                "collections": self.collections, "records": self.collection_records}
+        want = {
+            "entries": self.entries,
+            "files": self.files,
+            "data_bytes": self.data_bytes,
+            "collections": self.collections,
+            "records": self.collection_records,
+        }
         got = {k: self.summary.get(k) for k in want}
         if got != want:
             raise M.bad(f"the summary says {got} but the stream carried {want}")
@@ -348,7 +366,8 @@ class Stage:
 
     def iter_entries(self) -> Iterator[tuple[str, str, int, int, str, int | None, int]]:
         yield from self.db.execute(
-            "SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i")
+            "SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i"
+        )
 
 
 def _import(store: Store, f: Any, drop: CollectionId | None) -> None:

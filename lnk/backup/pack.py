@@ -1,0 +1,36 @@
+"""The pack format's names and bindings: what a writer and a reader of packs share.
+
+A pack is ``PACK_MAGIC`` followed by sealed blobs; each blob's AEAD binds the
+repository, the blob's kind and its keyed ID (``blob_aad``); a run's data key is
+derived with ``run_info``.  See docs/backup-format.md.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Protocol
+
+PACK_MAGIC = b"LNKPACK1"
+
+
+class _HasId(Protocol):
+    @property
+    def id_bytes(self) -> bytes: ...
+
+
+def pack_key(name: str) -> str:
+    """The object key of pack ``name`` under the repository's prefix."""
+    return f"data/{name[:2]}/{name}"
+
+
+def new_name() -> str:
+    """A fresh random name for a pack or a run."""
+    return secrets.token_hex(16)
+
+
+def run_info(repo: _HasId, run_id: bytes) -> bytes:
+    return b"lnk-backup run " + repo.id_bytes + run_id
+
+
+def blob_aad(repo: _HasId, kind: str, blob_id: bytes) -> bytes:
+    return b"lnk-backup/blob/" + repo.id_bytes + b"/" + kind.encode() + b"/" + blob_id

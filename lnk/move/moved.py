@@ -1,0 +1,45 @@
+"""Leaving a machine: the agent stops here, its folders are kept aside, a note says where it went."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from typing import Any
+
+from lnk.agents.layout import Machine
+from lnk.agents.machine import load_machine
+from lnk.agents.moved import DAY, notes_dir
+from lnk.agents.registry import Agent
+from lnk.runtime import service
+
+
+def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
+    """Delete what runs the agent here; keep its folders aside; leave a note."""
+
+    service.stop(agent)
+    days = load_machine(machine).keep_moved_days()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = machine.home / "Link" / "Moved" / f"{agent.name}-{stamp}"
+    if agent.folders.root.exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        agent.folders.root.rename(kept)
+        hashes = agent.runtime / "hashes.sqlite"
+        if hashes.exists():  # so a move back hashes nothing it already knows
+            hashes.rename(kept / ".lnk-hashes.sqlite")
+    now = time.time()
+    note = {
+        "id": agent.id,
+        "name": agent.name,
+        "to": to,
+        "at": now,
+        "kept": str(kept),
+        "until": None if days is None else now + days * DAY,
+    }
+    d = notes_dir(machine)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{agent.id}.json").write_text(json.dumps(note, indent=1))
+    shutil.rmtree(agent.runtime, ignore_errors=True)
+    shutil.rmtree(agent.net, ignore_errors=True)
+    agent.settings_path.unlink(missing_ok=True)
+    return note
