@@ -35,7 +35,7 @@ def note_for_name(machine: Machine, name: str) -> dict[str, Any] | None:
         except (OSError, ValueError):
             continue
         if note.get("name") == name:
-            return note
+            return dict(note)
     return None
 
 

@@ -318,7 +318,7 @@ def _add_one(
 
 
 def _add_collections(w: Any, agent: Agent, report: BackupReport, chunks: ChunkCache) -> None:
-    from lnk.collections.records import FORMAT_VERSION
+    from lnk.collections.ids import FORMAT_VERSION
 
     s = agent.settings
     store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)

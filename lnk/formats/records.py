@@ -132,7 +132,7 @@ def check_prelude(prelude: bytes) -> int:
             f"this stream is lnk format {fmt}; this lnk reads format {FORMAT}",
             hint=f"upgrade lnk on the older end ({older}) so both use the same format",
         )
-    return fmt
+    return int(fmt)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ class GCSBucket(CloudBucket):
 
                     self._client = storage.Client(
                         project=os.environ.get("GOOGLE_CLOUD_PROJECT", "test"),
-                        credentials=AnonymousCredentials(),
+                        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
                     )
                 else:
                     self._client = storage.Client()
