@@ -16,27 +16,45 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from lnk.collections.ids import (  # re-exported: the interface's names
-    DEFAULT_LAPSE_MS as DEFAULT_LAPSE_MS,
-    FORMAT_VERSION as FORMAT_VERSION,
-    KINDS as KINDS,
-    MAX_JSON_DEPTH as MAX_JSON_DEPTH,
-    MAX_NAME_CHARS as MAX_NAME_CHARS,
-    MAX_VALUE_BYTES as MAX_VALUE_BYTES,
-    CollectionId as CollectionId,
-    Event as Event,
-    Lease as Lease,
-    _check_json as _check_json,
-    _is_int as _is_int,
-    check_name as check_name,
-    check_number as check_number,
-    decode_value as decode_value,
-    encode_value as encode_value,
-    now_ms as now_ms,
-    resolve_now as resolve_now,
+from lnk.collections.ids import (
+    DEFAULT_LAPSE_MS,
+    FORMAT_VERSION,
+    KINDS,
+    MAX_JSON_DEPTH,
+    MAX_NAME_CHARS,
+    MAX_VALUE_BYTES,
+    CollectionId,
+    Event,
+    Lease,
+    check_name,
+    check_number,
+    decode_value,
+    encode_value,
+    now_ms,
+    resolve_now,
 )
 from lnk.collections.records import export_records, import_records
 from lnk.errors import InvalidInput
+
+# the interface's names, so drivers and callers import them from here
+__all__ = [
+    "DEFAULT_LAPSE_MS",
+    "FORMAT_VERSION",
+    "KINDS",
+    "MAX_JSON_DEPTH",
+    "MAX_NAME_CHARS",
+    "MAX_VALUE_BYTES",
+    "CollectionId",
+    "Event",
+    "Lease",
+    "Store",
+    "check_name",
+    "check_number",
+    "decode_value",
+    "encode_value",
+    "now_ms",
+    "resolve_now",
+]
 
 
 class Store(ABC):
