@@ -31,7 +31,7 @@ from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.move import journal
 from lnk.move.faults import fault
 from lnk.move.journal import Entry
-from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, LocalLeg
+from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, LocalLeg, settle
 
 HERE = "here"
 Say = Callable[[str], None]
@@ -125,10 +125,10 @@ def _stream(
             with a, b:
                 assert b.stdout is not None
                 answer = b.stdout.read()
-                code_b, code_a = b.wait(check=False), a.wait(check=False)
+                _code_a, _code_b, err = settle(src, a, dst, b)
                 _guard.check()
-                dst.check(code_b, b.stderr_text())
-                src.check(code_a, a.stderr_text())
+                if err is not None:
+                    raise err
         finally:
             _guard.children -= {a, b}
     return json.loads(answer) if answer.strip() else None
@@ -139,7 +139,8 @@ def _inventory(dst: Leg, receiver: str) -> bytes:
 
 
 def _check_format(leg: Leg) -> None:
-    info = _run_json(leg, ["version", "--json"]) or {}
+    out = leg.run(["version", "--json"], bare=True).stdout  # any lnk answers this
+    info = json.loads(out) if out.strip() else {}
     fmt = info.get("stream_format")
     if fmt != STREAM_FORMAT:
         raise FormatMismatch(
