@@ -77,12 +77,12 @@ class Entry:
         phase = kw.get("phase", self.phase)
         if phase != self.phase or "phase" in kw:
             check_step(self.phase, phase, self.failed is not None)
-        if "failed" in kw and kw["failed"] is None and self.failed is not None:
-            if not self.at_least("committed"):
-                raise Refused(
-                    f"move {self.move}: a failed move can go on only once it committed "
-                    f"(it is {self.phase})"
-                )
+        clears = "failed" in kw and kw["failed"] is None and self.failed is not None
+        if clears and not self.at_least("committed"):
+            raise Refused(
+                f"move {self.move}: a failed move can go on only once it committed "
+                f"(it is {self.phase})"
+            )
         if kw.get("failed") is not None and self.phase == "cleaned":
             raise Refused(f"move {self.move} is cleaned; it can no longer fail")
         for k, v in kw.items():
