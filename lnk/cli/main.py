@@ -35,9 +35,12 @@ def _on_signal(signum: int, _frame: object) -> NoReturn:
 
 
 def fail(err: LnkError) -> NoReturn:
-    sys.stderr.write(f"lnk: error: {err.message}\n")
+    # an error may name what a stream or a bucket holds: never raw to the terminal
+    from lnk.cli.output import safe
+
+    sys.stderr.write(f"lnk: error: {safe(err.message)}\n")
     if err.hint:
-        sys.stderr.write(f"lnk: hint: {err.hint}\n")
+        sys.stderr.write(f"lnk: hint: {safe(err.hint)}\n")
     sys.exit(err.exit_code)
 
 
@@ -53,7 +56,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Abort:
         fail(Interrupted("interrupted", signum=signal.SIGINT))
     except click.ClickException as e:
-        sys.stderr.write(f"lnk: error: {e.format_message()}\n")
+        from lnk.cli.output import safe
+
+        sys.stderr.write(f"lnk: error: {safe(e.format_message())}\n")
         sys.stderr.write("lnk: hint: see lnk --help, or add --help after the command\n")
         sys.exit(2)
     except BrokenPipeError:

@@ -30,8 +30,14 @@ def move(agent_name: str | None, to: str | None, here: bool, no_start: bool, as_
     result = do_move(
         Machine.current(), agent_name, HERE if here else str(to), no_start=no_start, say=say
     )
+    from lnk.agents.policy import kept_lines
     from lnk.move.held import deliver_all
 
+    final = result.get("final") or {}
+    for line in kept_lines(
+        final.get("kept_here", []), final.get("dropped_grants", []), result["agent"]
+    ):
+        say(line)
     deliver_all(Machine.current(), result["id"], say)
     if as_json:
         emit_json(result)

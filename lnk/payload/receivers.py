@@ -160,8 +160,13 @@ def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> b
     return existing is not None
 
 
-def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
-    """A fresh receiver: a one-time key pair, and an index of what is held here already."""
+def prepare(
+    machine: Machine, agent_id: str | None = None, mover_grants: str | None = None
+) -> Receiver:
+    """A fresh receiver: a one-time key pair, and an index of what is held here already.
+
+    ``mover_grants``: the agent's grants as the computer running the move sent them
+    (it is the machine the agent leaves), applied at commit as they are."""
     rid = RECEIVER_PREFIX + secrets.token_hex(8)
     r = Receiver(machine, rid)
     machine.receivers_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -172,6 +177,8 @@ def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
         f.write(key.seed)
     r.objects.mkdir()
     r.set_info(created=time.time(), agent_id=agent_id, public_key=key.public.text())
+    if mover_grants is not None:
+        r.set_info(mover_grants=mover_grants)
     if agent_id:
         _adopt_earlier_objects(machine, r, agent_id)
         base = _base_for(machine, agent_id)
