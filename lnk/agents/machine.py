@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,13 @@ from lnk.errors import InvalidInput, Refused
 KIND_FILE = Path("/etc/lnk/kind.toml")
 
 KEEP_RE = re.compile(r"^(\d{1,4})d$")
+
+
+def now() -> float:
+    """The time, as lnk's expiries read it; a test sets it with LNK_NOW (LNK_TESTING=1 only)."""
+    if os.environ.get("LNK_TESTING") == "1" and os.environ.get("LNK_NOW"):
+        return float(os.environ["LNK_NOW"])
+    return time.time()
 
 
 def kind_file() -> Path:

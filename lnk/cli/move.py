@@ -27,6 +27,9 @@ def move(agent_name: str | None, to: str | None, here: bool, no_start: bool, as_
 
     if bool(to) == here:
         raise UsageError("say where the agent goes", hint="--to BOX or --here")
+    from lnk.payload.receivers import purge_expired
+
+    purge_expired(Machine.current())  # nothing secret lingers: old receivers, kept folders
     result = do_move(
         Machine.current(), agent_name, HERE if here else str(to), no_start=no_start, say=say
     )

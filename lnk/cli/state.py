@@ -183,6 +183,7 @@ def state_receive(
 
     m = Machine.current()
     if prepare:
+        receivers.purge_expired(m)
         has_agent = receivers.check_prepare(m, agent_id, agent_name)
         mover_grants = None
         if grants_file is not None:
@@ -204,7 +205,8 @@ def state_receive(
         return
     if not receiver:
         raise UsageError("say which receiver", hint="--receiver RECEIVER (from --prepare)")
-    r = receivers.open_receiver(m, receiver)
+    r = receivers.open_receiver(m, receiver)  # refused (and its key deleted) after 24 hours
+    receivers.purge_expired(m)
     if abandon:
         r.abandon()
         say(f"abandoned {receiver}")
