@@ -46,6 +46,7 @@ class RestoreReport:
     collections: int = 0
     dropped_grants: list[str] = field(default_factory=list)
     kept_aside: str | None = None
+    kept_here: list[dict[str, str]] = field(default_factory=list)  # lnk.agents.policy
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +102,7 @@ def restore_agent(
         rep.collections,
         rep.dropped_grants,
         str(kept) if kept else None,
+        rep.kept_here,
     )
 
 

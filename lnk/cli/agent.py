@@ -112,7 +112,10 @@ def list_(as_json: bool) -> None:
 @json_option
 def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
     """Start the agent's harness in the background."""
+    from lnk.payload.receivers import purge_expired
+
     m = _machine()
+    purge_expired(m)  # nothing secret lingers: old receivers, kept folders of moved agents
     _finish_moves(m, agent_name)
     a = registry.find(m, agent_name)
     (a.runtime / "paused.json").unlink(missing_ok=True)

@@ -232,8 +232,10 @@ def restore(name: str, url: str, snapshot: str | None, force: bool, as_json: boo
     )
     if rep.kept_aside:
         say(f"the agent that was here is kept in {rep.kept_aside}")
-    for g in rep.dropped_grants:
-        say(f"grant not restored (give it here with lnk agent allow): {g}")
+    from lnk.agents.policy import kept_lines
+
+    for line in kept_lines(rep.kept_here, rep.dropped_grants, rep.agent):
+        say(line)
 
 
 # ---- top-level: lnk bucket, lnk backup ------------------------------------------------

@@ -45,12 +45,15 @@ def _on_signal(signum: int, _frame: object) -> NoReturn:
 
 
 def fail(err: LnkError) -> NoReturn:
-    if _ERRORS["mode"] == "json":
+    if _ERRORS["mode"] == "json":  # json.dumps escapes every control character
         sys.stderr.write(json.dumps({"error": error_json(err)}) + "\n")
     else:
-        sys.stderr.write(f"lnk: error: {err.message}\n")
+        # an error may name what a stream or a bucket holds: never raw to the terminal
+        from lnk.cli.output import safe
+
+        sys.stderr.write(f"lnk: error: {safe(err.message)}\n")
         if err.hint:
-            sys.stderr.write(f"lnk: hint: {err.hint}\n")
+            sys.stderr.write(f"lnk: hint: {safe(err.hint)}\n")
     sys.exit(err.exit_code)
 
 

@@ -27,11 +27,20 @@ def move(agent_name: str | None, to: str | None, here: bool, no_start: bool, as_
 
     if bool(to) == here:
         raise UsageError("say where the agent goes", hint="--to BOX or --here")
+    from lnk.payload.receivers import purge_expired
+
+    purge_expired(Machine.current())  # nothing secret lingers: old receivers, kept folders
     result = do_move(
         Machine.current(), agent_name, HERE if here else str(to), no_start=no_start, say=say
     )
+    from lnk.agents.policy import kept_lines
     from lnk.move.held import deliver_all
 
+    final = result.get("final") or {}
+    for line in kept_lines(
+        final.get("kept_here", []), final.get("dropped_grants", []), result["agent"]
+    ):
+        say(line)
     deliver_all(Machine.current(), result["id"], say)
     if as_json:
         emit_json(result)

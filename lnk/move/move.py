@@ -149,6 +149,20 @@ def _check_format(leg: Leg) -> None:
         )
 
 
+def _prepare(machine: Machine, dst: Leg, name: str, agent_id: str, src: str) -> Any:
+    """A receiver at the destination; the agent's grants go with it when it leaves this
+    computer (the one running the move), since its word, not the stream's, counts."""
+    args = ["agent", "state-receive", "--prepare", "--agent-id", agent_id, "--name", name]
+    grants: bytes | None = None
+    if src == HERE:
+        from lnk.agents.policy import grants_to_send
+
+        grants = grants_to_send(machine.folders(name).sandbox_toml).encode()
+        args += ["--grants", "-"]
+    out = dst.run([*args, "--json"], stdin=grants).stdout
+    return json.loads(out) if out.strip() else None
+
+
 def move(
     machine: Machine,
     name: str | None,
@@ -189,19 +203,7 @@ def move(
         was_running=bool(st.get("running")),
     )
     try:
-        prep = _run_json(
-            dst,
-            [
-                "agent",
-                "state-receive",
-                "--prepare",
-                "--agent-id",
-                agent_id,
-                "--name",
-                name,
-                "--json",
-            ],
-        )
+        prep = _prepare(machine, dst, name, agent_id, src_place)
         e.set(
             phase="prepared", receiver=prep["receiver"], dst_had_agent=bool(prep.get("has_agent"))
         )
