@@ -55,5 +55,6 @@ def start_agent(
     for note in service.prepare_start(a, sandbox):
         say(note)
     st = service.start(a)
-    deliver_all(machine, a.id, say)
+    if not journal.entries(machine, a.id):  # else the lnk finishing its move hands them over
+        deliver_all(machine, a.id, say)
     return st

@@ -284,7 +284,7 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
             f"box {box.name} runs lnk {before['version']} (stream format "
             f"{before['stream_format']}), newer than this lnk {lnk.__version__} "
             f"(stream format {STREAM_FORMAT})",
-            hint="upgrade lnk on this computer, then add the box again",
+            hint="upgrade lnk on this computer, then try again",
         )
     if not install:
         raise TransportError(
