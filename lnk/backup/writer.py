@@ -37,6 +37,7 @@ from typing import IO, Any
 import zstandard
 
 from lnk.backup import crypto
+from lnk.backup.locks import lock_doc
 from lnk.backup.pack import PACK_MAGIC, blob_aad, new_name, pack_key, run_info
 from lnk.backup.repository import BlobRef, Repository
 from lnk.errors import BackupError, InvalidInput
@@ -59,7 +60,8 @@ class SnapshotWriter:
         self._header = PACK_MAGIC + self.run_id + struct.pack(">H", len(sealed)) + sealed
         self.lock_key = f"locks/{self.run_id.hex()}"
         self._touch_lock()
-        self.known: dict[bytes, BlobRef] = repo.load_index()
+        # blobs whose every copy a verify found damaged are left out: stored again
+        self.known: dict[bytes, BlobRef] = repo.load_index(skip_damaged=True, missing_ok=True)
         self._pending: dict[bytes, tuple[str, int, int]] = {}  # id -> kind, offset, length
         self._buf = bytearray()
         self._referenced: set[str] = set()
@@ -142,6 +144,18 @@ class SnapshotWriter:
         self._wait_upload()
         self._entry({"t": "b", "name": name, "size": len(data), "chunks": chunks})
 
+    def store_blob(self, kind: str, data: bytes) -> bytes:
+        """Store one blob of ``kind`` outside any file (a repair re-storing what a
+        damaged pack held); its ID.  :meth:`close_without_snapshot` keeps it."""
+        return self._add_chunk(kind, data)
+
+    def close_without_snapshot(self) -> None:
+        """Put every pack filled so far (each with its index) and end the run
+        without a snapshot (a repair)."""
+        self._flush()
+        self._wait_upload()
+        self.abort()
+
     def _entry(self, doc: dict[str, Any]) -> None:
         self._tree.write(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
 
@@ -220,8 +234,7 @@ class SnapshotWriter:
         self._uploader.shutdown(wait=True)
 
     def _touch_lock(self) -> None:
-        doc = {"run": self.run_id.hex(), "started": datetime.now(UTC).isoformat()}
-        self.bucket.put(self.lock_key, json.dumps(doc).encode())
+        self.bucket.put(self.lock_key, json.dumps(lock_doc(self.run_id.hex())).encode())
         self._lock_time = _time.monotonic()
 
     # ---- committing ---------------------------------------------------------
