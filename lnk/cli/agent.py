@@ -150,6 +150,8 @@ def status(agent_name: str | None, as_json: bool) -> None:
         )
     if st.get("problem"):
         out(f"problem: {st['problem']}")
+    if st.get("warning"):
+        out(f"warning: {st['warning']}")
 
 
 @agent.command()
