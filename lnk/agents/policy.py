@@ -50,6 +50,7 @@ class Rule:
 
 
 TABLE: tuple[Rule, ...] = (
+    Rule("format", STREAM, "the settings' format; an older one is migrated"),
     Rule(
         "id, name, owner",
         STREAM,
