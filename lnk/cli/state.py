@@ -52,12 +52,6 @@ def _faulty(f: Any, point: str) -> Any:
     return _DieMidStream(f, point) if armed(point) else f
 
 
-def _bulk_file(a: registry.Agent, key_text: str) -> Path:
-    import hashlib
-
-    return a.runtime / f"bulk-{hashlib.sha256(key_text.encode()).hexdigest()[:16]}.json"
-
-
 @agent.command("state-send")
 @agent_option
 @click.option(
@@ -88,8 +82,8 @@ def state_send(
     agent_name: str | None, to: str, inventory: Path | None, phase: str, report: Path | None
 ) -> None:
     """Write the agent as a sealed stream on stdout."""
+    from lnk.move.phases import send_phase
     from lnk.payload.inventory import Inventory
-    from lnk.payload.send import send_agent
 
     if sys.stdout.isatty():
         raise UsageError(
@@ -103,30 +97,11 @@ def state_send(
         inv = Inventory.from_bytes(sys.stdin.buffer.read())
     else:
         inv = Inventory.load(inventory) if inventory else None
-    since: dict[str, int] = {}
-    base = None
-    bulk_file = _bulk_file(a, to)
-    if phase == "final" and bulk_file.exists():
-        held = json.loads(bulk_file.read_text())
-        since, base = held.get("watermarks", {}), held.get("stream_id")
     bar = progress_bar(None, desc=f"sending {a.name}")
     with bar:
-        rep = send_agent(
-            a,
-            _faulty(sys.stdout.buffer, f"send:mid-{phase}"),
-            recipient,
-            phase=phase,
-            inventory=inv,
-            since=since,
-            base_stream=base,
-            progress=bar.update,
+        rep = send_phase(
+            a, _faulty(sys.stdout.buffer, f"send:mid-{phase}"), recipient, phase, inv, bar.update
         )
-    sys.stdout.buffer.flush()
-    if phase == "bulk":
-        bulk_file.parent.mkdir(parents=True, exist_ok=True)
-        bulk_file.write_text(json.dumps({"stream_id": rep.stream_id, "watermarks": rep.watermarks}))
-    elif phase == "final":
-        bulk_file.unlink(missing_ok=True)
     if report:
         report.write_text(json.dumps(rep.to_json(), indent=2))
 
