@@ -50,6 +50,7 @@ class Rule:
 
 
 TABLE: tuple[Rule, ...] = (
+    Rule("format", STREAM, "the settings' format; an older one is migrated"),
     Rule(
         "id, name, owner",
         STREAM,
@@ -234,6 +235,12 @@ def kept_lines(arrival_kept: list[dict[str, str]], dropped: list[str], agent: st
     """The person's lines for what was not taken from the stream (text not yet escaped)."""
     lines = []
     for k in arrival_kept:
+        if k["setting"] == "sandbox":
+            lines.append(
+                f"{agent} arrives sandboxed: a stream never turns the sandbox off (it had "
+                f"sandbox = false); only you turn it off here: {k['restore']}"
+            )
+            continue
         lines.append(
             f"kept this machine's {k['setting']} ({k['here']}), not the stream's "
             f"({k['stream']}); to change it: {k['restore']}"

@@ -126,14 +126,16 @@ def _prepare(machine: Machine, dst: Leg, name: str, agent_id: str, src: str) -> 
     """A receiver at the destination; the agent's grants go with it when it leaves this
     computer (the one running the move), since its word, not the stream's, counts."""
     args = ["agent", "state-receive", "--prepare", "--agent-id", agent_id, "--name", name]
-    grants: bytes | None = None
     if src == HERE:
         from lnk.agents.policy import grants_to_send
 
         grants = grants_to_send(machine.folders(name).sandbox_toml).encode()
-        args += ["--grants", "-"]
-    out = dst.run([*args, "--json"], stdin=grants).stdout
-    return json.loads(out) if out.strip() else None
+        r = dst.run([*args, "--grants", "-", "--json"], stdin=grants, check=False)
+        # an older lnk there knows no --grants: the stream's, minus the wide ones, apply
+        if not (r.returncode == 2 and b"--grants" in r.stderr):
+            dst.check(r.returncode, r.stderr.decode("utf-8", "replace"))
+            return json.loads(r.stdout) if r.stdout.strip() else None
+    return _run_json(dst, [*args, "--json"])
 
 
 def move(

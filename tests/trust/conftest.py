@@ -6,6 +6,7 @@ this computer and its boxes, each driven through the real ``lnk``.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "move"))
 
+from hosts import Hosts, running_hosts
 from move_helpers import World, kill_agents
 
 
@@ -26,3 +28,33 @@ def world(home: Path, tmp_path: Path) -> Iterator[World]:
         yield w
     finally:
         kill_agents([w.here, *w.boxes.values()])
+
+
+@pytest.fixture(scope="session")
+def trust_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
+    """SSH test hosts of the trust tests' own (tag "t")."""
+    with running_hosts(tmp_path_factory.mktemp("trust-hosts"), tag="t") as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def ssh_box(home: Path, trust_hosts: Hosts) -> Iterator[World]:
+    """This computer with the bare SSH host hostC added as a box: ``lnk box add``
+    installs this lnk there, so both ends run the code under test."""
+    w = World(here=home, env={"LNK_SSH_COMMAND": trust_hosts.ssh_command})
+    box_home = trust_hosts["hostC"].home
+    try:
+        w.ok("box", "add", "hostC", "hostC")
+        w.boxes["hostC"] = box_home
+        # the host's python3 is a symbolic link in a folder no sandbox binds (a real
+        # box's is under /usr): its lnk runs this interpreter, as hostA's does
+        for script in (box_home / ".local" / "bin").iterdir():
+            head, _, rest = script.read_text().partition("\n")
+            if head.startswith("#!") and "python" in head:
+                script.write_text(f"#!{sys.executable}\n{rest}")
+        yield w
+    finally:
+        kill_agents([w.here, box_home])
+        for child in box_home.iterdir():
+            if child.name in (".config", ".lnk", "Link"):
+                shutil.rmtree(child, ignore_errors=True)

@@ -72,3 +72,19 @@ def test_an_agent_arriving_any_other_way_gets_the_streams_minus_the_wide_ones(
     )
     assert _grants(world, "b2") == {"files": {"write": ["."]}}
     assert f"lnk agent allow --tcp evil:22 --agent {AGENT}" in r.err
+
+
+def test_a_round_trip_through_a_real_ssh_box_keeps_every_grant(ssh_box: World) -> None:
+    world = ssh_box
+    agent_id = make_agent(world)
+    grants_file(world.here).write_text(MINE)
+    r = world.ok("agent", "move", "--to", "hostC", "--json")
+    assert r.json()["final"]["grants_from"] == "mover"
+    assert _grants(world, "hostC") == tomllib.loads(MINE)
+    assert read_settings(world.boxes["hostC"])["sandbox"] is True
+    r = world.ok("agent", "move", "--here", "--json")
+    assert r.json()["final"]["grants_from"] == "here"
+    assert r.json()["final"]["dropped_grants"] == []
+    assert _grants(world, HERE) == tomllib.loads(MINE)
+    assert read_settings(world.here)["sandbox"] is False
+    assert world.exactly_one(agent_id) == HERE
