@@ -76,7 +76,9 @@ def lives_elsewhere(machine: Machine, agent_id: str) -> str | None:
 
 def purge_expired(machine: Machine, now: float | None = None) -> list[str]:
     """Delete moved agents' kept folders whose time is up."""
-    now = time.time() if now is None else now
+    from lnk.agents.machine import now as clock
+
+    now = clock() if now is None else now
     gone: list[str] = []
     d = notes_dir(machine)
     if not d.is_dir():

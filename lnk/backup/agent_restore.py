@@ -49,6 +49,7 @@ class RestoreReport:
     collections: int = 0
     dropped_grants: list[str] = field(default_factory=list)
     kept_aside: str | None = None
+    kept_here: list[dict[str, str]] = field(default_factory=list)  # lnk.agents.policy
     unanswered_boxes: list[str] = field(default_factory=list)  # not asked whether it lives there
 
     def to_json(self) -> dict[str, Any]:
@@ -116,6 +117,7 @@ def restore_agent(
         rep.collections,
         rep.dropped_grants,
         str(kept) if kept else None,
+        rep.kept_here,
         unanswered,
     )
 

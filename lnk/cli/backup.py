@@ -249,8 +249,10 @@ def restore(
         say(f"the agent that was here is kept in {rep.kept_aside}")
     for box in rep.unanswered_boxes:
         say(f"box {box} did not answer, so it was not asked whether {rep.agent} lives there")
-    for g in rep.dropped_grants:
-        say(f"grant not restored (give it here with lnk agent allow): {g}")
+    from lnk.agents.policy import kept_lines
+
+    for line in kept_lines(rep.kept_here, rep.dropped_grants, rep.agent):
+        say(line)
 
 
 # ---- top-level: lnk bucket, lnk backup ------------------------------------------------

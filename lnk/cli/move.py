@@ -39,6 +39,13 @@ def move(
         no_start=no_start,
         say=say,
     )
+    from lnk.agents.policy import kept_lines
+
+    final = result.get("final") or {}
+    for line in kept_lines(
+        final.get("kept_here", []), final.get("dropped_grants", []), result["agent"]
+    ):
+        say(line)
     if as_json:
         emit_json(result)
 

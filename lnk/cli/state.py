@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from lnk.agents import registry
+from lnk.agents import policy, registry
 from lnk.agents.layout import Machine
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, progress_bar, say
@@ -119,6 +119,13 @@ def state_send(
     metavar="NAME",
     help="with --prepare: the agent's name, refused at once if another agent here has it",
 )
+@click.option(
+    "--grants",
+    "grants_file",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="with --prepare: the agent's grants as the computer running the move has them "
+    "(- for stdin); applied as they are, since the agent leaves that computer",
+)
 @click.option("--receiver", metavar="RECEIVER", help="the receiver --prepare made")
 @click.option(
     "--inventory",
@@ -138,6 +145,7 @@ def state_receive(
     prepare: bool,
     agent_id: str | None,
     agent_name: str | None,
+    grants_file: Path | None,
     receiver: str | None,
     inventory: bool,
     abandon: bool,
@@ -150,8 +158,13 @@ def state_receive(
 
     m = Machine.current()
     if prepare:
+        receivers.purge_expired(m)
         has_agent = receivers.check_prepare(m, agent_id, agent_name)
-        r = receivers.prepare(m, agent_id)
+        mover_grants = None
+        if grants_file is not None:
+            raw = sys.stdin.buffer.read() if str(grants_file) == "-" else grants_file.read_bytes()
+            mover_grants = policy.mover_grants(raw)
+        r = receivers.prepare(m, agent_id, mover_grants)
         info = {
             "receiver": r.rid,
             "public_key": r.key().public.text(),
@@ -167,7 +180,8 @@ def state_receive(
         return
     if not receiver:
         raise UsageError("say which receiver", hint="--receiver RECEIVER (from --prepare)")
-    r = receivers.open_receiver(m, receiver)
+    r = receivers.open_receiver(m, receiver)  # refused (and its key deleted) after 24 hours
+    receivers.purge_expired(m)
     if abandon:
         r.abandon()
         say(f"abandoned {receiver}")
@@ -197,8 +211,5 @@ def state_receive(
             f"{verb} {rep.agent} ({rep.id}): {rep.files} files, {rep.data_bytes} bytes carried, "
             f"{rep.collections} collections"
         )
-    for flag in rep.dropped_grants:
-        say(
-            f"not granted here (the stream asked for it): {flag}; "
-            f"lnk agent allow {flag} --agent {rep.agent} gives it"
-        )
+    for line in policy.kept_lines(rep.kept_here, rep.dropped_grants, rep.agent):
+        say(line)

@@ -55,10 +55,20 @@ def hold(
 
 
 def send_to(
-    machine: Machine, name: str, thread: str, text: str, message_id: str, timeout: float = 300.0
+    machine: Machine,
+    name: str,
+    thread: str,
+    text: str,
+    message_id: str,
+    timeout: float = 300.0,
+    place: str | None = None,
 ) -> str:
-    """Send wherever the agent is now: here, or on its box through that box's own lnk."""
-    name, _, place = where_is(machine, name, ask_boxes=False)
+    """Send wherever the agent is now: here, or on its box through that box's own lnk.
+
+    ``place`` is where the caller found the agent just now (resolved once per message).
+    """
+    if place is None:
+        name, _, place = where_is(machine, name, ask_boxes=False)
     if place == HERE:
         from lnk.harness.client import send_message
 
@@ -174,12 +184,12 @@ def chat(
     with ``held``: the ``lnk agent start`` or ``lnk agent move`` that finishes the
     move, or ``lnk agent deliver``, hands it over.
     """
-    name, agent_id, _ = where_is(machine, name, ask_boxes=False)
+    name, agent_id, place = where_is(machine, name, ask_boxes=False)
     message_id = message_id or new_message_id()
     moving = journal.entries(machine, agent_id)
     if not moving or not moving[0].at_least("paused"):
         try:
-            answer = send_to(machine, name, thread, text, message_id)
+            answer = send_to(machine, name, thread, text, message_id, place=place)
             return ChatResult(name, thread, message_id, answer)
         except (AgentNotRunning, TransportError):
             if not journal.entries(machine, agent_id):

@@ -31,8 +31,9 @@ from lnk.move.faults import fault
 from lnk.move.held import deliver_all
 from lnk.move.journal import Entry
 from lnk.move.where import HERE, place_leg, where_is
+from lnk.payload.receivers import purge_expired
 from lnk.transport import boxes
-from lnk.transport.legs import SSH_FAILED, Leg, LegProcess
+from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, settle
 
 __all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
 
@@ -97,10 +98,10 @@ def _stream(
             with a, b:
                 assert b.stdout is not None
                 answer = b.stdout.read()
-                code_b, code_a = b.wait(check=False), a.wait(check=False)
+                _code_a, _code_b, err = settle(src, a, dst, b)
                 _guard.check()
-                dst.check(code_b, b.stderr_text())
-                src.check(code_a, a.stderr_text())
+                if err is not None:
+                    raise err
         finally:
             _guard.children -= {a, b}
     return json.loads(answer) if answer.strip() else None
@@ -121,6 +122,20 @@ def _current(machine: Machine, place: str, say: Say) -> Leg:
     return report.box.leg()
 
 
+def _prepare(machine: Machine, dst: Leg, name: str, agent_id: str, src: str) -> Any:
+    """A receiver at the destination; the agent's grants go with it when it leaves this
+    computer (the one running the move), since its word, not the stream's, counts."""
+    args = ["agent", "state-receive", "--prepare", "--agent-id", agent_id, "--name", name]
+    grants: bytes | None = None
+    if src == HERE:
+        from lnk.agents.policy import grants_to_send
+
+        grants = grants_to_send(machine.folders(name).sandbox_toml).encode()
+        args += ["--grants", "-"]
+    out = dst.run([*args, "--json"], stdin=grants).stdout
+    return json.loads(out) if out.strip() else None
+
+
 def move(
     machine: Machine,
     name: str | None,
@@ -133,8 +148,10 @@ def move(
     """Move the agent to ``to`` (a box, or HERE), from where it is or from ``from_box``.
 
     Earlier unfinished moves are finished first; the messages held for the agents
-    they and this move carried are handed over where each agent answers.
+    they and this move carried are handed over where each agent answers.  Expired
+    receivers and kept folders are removed first: nothing secret lingers.
     """
+    purge_expired(machine)
     finish_all(machine, say)
     ids: list[str] = []
     try:
@@ -196,19 +213,7 @@ def _move(
         was_running=bool(st.get("running")),
     )
     try:
-        prep = _run_json(
-            dst,
-            [
-                "agent",
-                "state-receive",
-                "--prepare",
-                "--agent-id",
-                agent_id,
-                "--name",
-                name,
-                "--json",
-            ],
-        )
+        prep = _prepare(machine, dst, name, agent_id, src_place)
         e.set(
             phase="prepared", receiver=prep["receiver"], dst_had_agent=bool(prep.get("has_agent"))
         )

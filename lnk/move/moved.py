@@ -14,6 +14,7 @@ from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
 from lnk.agents.moved import DAY, notes_dir, purge_expired
+from lnk.agents.policy import remember
 from lnk.agents.registry import Agent
 from lnk.errors import NotFound, UsageError
 from lnk.runtime import service
@@ -23,6 +24,7 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
     """Delete what runs the agent here; keep its folders aside; leave a note."""
 
     service.stop(agent)
+    remember(machine, agent.settings, agent.folders.sandbox_toml)  # for its return
     days = load_machine(machine).keep_moved_days()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = machine.home / "Link" / "Moved" / f"{agent.name}-{stamp}"

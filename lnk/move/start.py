@@ -19,6 +19,7 @@ from lnk.move import journal
 from lnk.move.held import deliver_all
 from lnk.move.move import finish_all
 from lnk.move.where import HERE, where_is
+from lnk.payload.receivers import purge_expired
 from lnk.runtime import service
 
 Say = Callable[[str], None]
@@ -50,6 +51,7 @@ def start_agent(
     machine: Machine, name: str | None, sandbox: bool | None, say: Say
 ) -> dict[str, Any]:
     """Finish earlier moves, start the agent here, hand it the messages held for it."""
+    purge_expired(machine)  # nothing secret lingers: old receivers, kept folders of moved agents
     finish_pending(machine, name, say)
     a = registry.find(machine, name)
     for note in service.prepare_start(a, sandbox):

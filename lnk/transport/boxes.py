@@ -216,7 +216,7 @@ def remote_info(leg: Leg) -> dict[str, object]:
     Asks ``lnk version --json``; an lnk too old to have it answers
     ``lnk --version`` only, and its stream format is None (unknown).
     """
-    r = leg.run(["version", "--json"], check=False)
+    r = leg.run(["version", "--json"], check=False, bare=True)
     if r.returncode == 0:
         try:
             data = json.loads(r.stdout)
@@ -225,7 +225,7 @@ def remote_info(leg: Leg) -> dict[str, object]:
             pass
     elif r.returncode != 2:
         leg.check(r.returncode, r.stderr.decode("utf-8", "replace"))
-    r = leg.run(["--version"])
+    r = leg.run(["--version"], bare=True)
     m = re.search(r"version\s+(\S+)", r.stdout.decode("utf-8", "replace"))
     if not m:
         raise TransportError(
