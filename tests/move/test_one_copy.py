@@ -3,6 +3,8 @@ and an agent living on any added box can be listed and moved (``--from BOX``).""
 
 from __future__ import annotations
 
+import random
+import re
 from pathlib import Path
 
 from lnkrun import ok
@@ -14,6 +16,13 @@ from lnk.errors import AlreadyExists
 def _backup(world: World, url: str, home: Path | None = None, agent: str = AGENT) -> None:
     env = {"HOME": str(home)} if home else None
     world.ok("agent", "backup", "--agent", agent, "--to", url, env=env)
+
+
+def _own_ports(home: Path, agent: str) -> None:
+    """A random port block, as make_agent gives (other sessions' agents use 20000 up)."""
+    settings = home / ".config" / "lnk" / "agents" / f"{agent}.toml"
+    base = random.randrange(20000, 32000) // 4 * 4
+    settings.write_text(re.sub(r"(?m)^base = \d+$", f"base = {base}", settings.read_text()))
 
 
 def _rows(world: World) -> list[dict[str, object]]:
@@ -50,6 +59,7 @@ def test_restore_of_a_moved_agent_refuses_and_as_restores_a_second(
     assert rows[AGENT]["id"] == agent_id and rows[AGENT]["place"] == "b1"
     assert rows["work2"]["id"] == restored["id"] and rows["work2"]["place"] == HERE
     # both answer, each with its own ID, and the moved one can still come back
+    _own_ports(world.here, "work2")
     world.ok("agent", "start", "--agent", "work2", "--no-sandbox")
     st = world.ok("agent", "status", "--agent", "work2", "--json").json()
     assert st["running"] and st["id"] == restored["id"]
@@ -84,6 +94,7 @@ def test_box_born_agent_moves_here_with_from(ssh_world: World, move_hosts: objec
     with --from, and a box that does not answer is named, not skipped."""
     w = ssh_world
     created = w.ok("box", "run", "hostA", "--", "agent", "create", AGENT, "--json").json()
+    _own_ports(w.boxes["hostA"], AGENT)
     there = w.ok("box", "run", "hostA", "--", "agent", "list", "--here", "--json").json()
     assert [r["id"] for r in there["agents"]] == [created["id"]]
     with (w.here / ".config" / "lnk" / "boxes.toml").open("a") as f:
@@ -105,6 +116,7 @@ def test_box_born_agent_moves_here_with_from(ssh_world: World, move_hosts: objec
     # and without --from, an agent only a box holds is found by asking the boxes
     w.ok("agent", "stop", "--agent", AGENT)
     w.ok("box", "run", "hostB", "--", "agent", "create", "other", "--json")
+    _own_ports(w.boxes["hostB"], "other")
     r = w.ok("agent", "move", "--agent", "other", "--to", "hostA", "--json").json()
     assert r["from"] == "hostB" and r["to"] == "hostA"
     st = w.ok("box", "run", "hostA", "--", "agent", "status", "--agent", "other", "--json").json()

@@ -32,9 +32,12 @@ def test_move_upgrades_an_older_box(home: Path, move_hosts: Hosts) -> None:
         assert r.code != 0, "the box should answer as an old lnk"
 
         agent_id = make_agent(w)
-        moved = w.ok("agent", "move", "--agent", AGENT, "--to", "c", "--json")
+        # --no-start: an agent arrives sandboxed, and hostC's python3 (a link under the
+        # host's folder) is not inside a sandbox; a person turns it off there
+        moved = w.ok("agent", "move", "--agent", AGENT, "--to", "c", "--no-start", "--json")
         assert "box c: upgraded lnk 0.0.1" in moved.err, moved.err
         assert moved.json()["id"] == agent_id
+        w.ok("box", "run", "c", "--", "agent", "start", "--agent", AGENT, "--no-sandbox")
         info = json.loads(move_hosts.ssh("hostC", "lnk version --json").stdout)
         assert (info["version"], info["stream_format"]) == (lnk.__version__, STREAM_FORMAT)
         assert w.exactly_one(agent_id) == "c"
