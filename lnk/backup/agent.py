@@ -508,25 +508,33 @@ def records_layout2(
 ) -> Iterator[tuple[int, bytes]]:
     """The snapshot as the records of a stream, in stream order."""
     yield M.HEAD, M.dump(parts.head)
-    files = data_files(reader)
+    files = reader.read_ahead(data_files(reader))  # packs fetched and opened ahead
     batch: list[dict[str, Any]] = []
 
     def flush() -> Iterator[tuple[int, bytes]]:
         yield M.FILES, M.dump(batch)
         for d in batch:
             if isinstance(d, dict) and d.get("d") is True:
-                for chunk in reader.open(next_data(files, str(d.get("p")))):
+                path = str(d.get("p"))
+                got = next(files, None)
+                if got is None or got[0].path != f"agent/{path}":
+                    next_data(iter(()), path)  # raises: missing or out of order
+                assert got is not None
+                for chunk in got[1]:
                     if progress:
                         progress(len(chunk))
                     yield M.DATA, chunk
 
-    for line in parts.entries:
-        batch.append(M.load_json(line, "file list"))
-        if len(batch) >= M.FILES_PER_RECORD:
+    try:
+        for line in parts.entries:
+            batch.append(M.load_json(line, "file list"))
+            if len(batch) >= M.FILES_PER_RECORD:
+                yield from flush()
+                batch = []
+        if batch:
             yield from flush()
-            batch = []
-    if batch:
-        yield from flush()
+    finally:
+        files.close()  # stops the read-ahead threads
     for e in parts.collections:
         for chunk in reader.open(e):
             yield M.COLLECTION, chunk
