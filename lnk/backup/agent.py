@@ -350,6 +350,15 @@ def _add_one(
     """Store one file's bytes as agent/<rel>; its (SHA-256, size) as stored.  A file
     whose fstat matches what the last backup to this repository read is not read."""
     path = f"agent/{rel}"
+    if live:  # unchanged since the last backup here: a stat, not an open
+        st = os.stat(source)
+        hit = chunks.file(rel, st)
+        if (
+            hit is not None
+            and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
+            and w.add_known(path, mode, st.st_size, hit[1])
+        ):
+            return hit[0], st.st_size
     with open(source, "rb") as src:
         st = os.fstat(src.fileno())
         hit = chunks.file(rel, st) if live else None
