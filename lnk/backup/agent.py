@@ -350,6 +350,15 @@ def _add_one(
     """Store one file's bytes as agent/<rel>; its (SHA-256, size) as stored.  A file
     whose fstat matches what the last backup to this repository read is not read."""
     path = f"agent/{rel}"
+    if live:  # unchanged since the last backup here: a stat, not an open
+        st = os.stat(source)
+        hit = chunks.file(rel, st)
+        if (
+            hit is not None
+            and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
+            and w.add_known(path, mode, st.st_size, hit[1])
+        ):
+            return hit[0], st.st_size
     with open(source, "rb") as src:
         st = os.fstat(src.fileno())
         hit = chunks.file(rel, st) if live else None
@@ -508,25 +517,33 @@ def records_layout2(
 ) -> Iterator[tuple[int, bytes]]:
     """The snapshot as the records of a stream, in stream order."""
     yield M.HEAD, M.dump(parts.head)
-    files = data_files(reader)
+    files = reader.read_ahead(data_files(reader))  # packs fetched and opened ahead
     batch: list[dict[str, Any]] = []
 
     def flush() -> Iterator[tuple[int, bytes]]:
         yield M.FILES, M.dump(batch)
         for d in batch:
             if isinstance(d, dict) and d.get("d") is True:
-                for chunk in reader.open(next_data(files, str(d.get("p")))):
+                path = str(d.get("p"))
+                got = next(files, None)
+                if got is None or got[0].path != f"agent/{path}":
+                    next_data(iter(()), path)  # raises: missing or out of order
+                assert got is not None
+                for chunk in got[1]:
                     if progress:
                         progress(len(chunk))
                     yield M.DATA, chunk
 
-    for line in parts.entries:
-        batch.append(M.load_json(line, "file list"))
-        if len(batch) >= M.FILES_PER_RECORD:
+    try:
+        for line in parts.entries:
+            batch.append(M.load_json(line, "file list"))
+            if len(batch) >= M.FILES_PER_RECORD:
+                yield from flush()
+                batch = []
+        if batch:
             yield from flush()
-            batch = []
-    if batch:
-        yield from flush()
+    finally:
+        files.close()  # stops the read-ahead threads
     for e in parts.collections:
         for chunk in reader.open(e):
             yield M.COLLECTION, chunk

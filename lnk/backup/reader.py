@@ -7,10 +7,13 @@ by chunk.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import struct
-from collections.abc import Iterator
+from collections import OrderedDict, deque
+from collections.abc import Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,10 @@ from lnk.backup.pack import PACK_MAGIC, blob_aad, pack_key, run_info
 from lnk.backup.repository import BlobRef, Repository
 from lnk.errors import BackupError, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
+
+READ_AHEAD = 32  # chunks opened ahead of the one being written (<= 32 MiB)
+PACKS_AHEAD = 4  # packs held at once by a read-ahead (each <= pack size)
+FETCHERS = 4  # concurrent pack downloads
 
 
 @dataclass(frozen=True)
@@ -117,14 +124,17 @@ class SnapshotReader:
 
     def open_blob(self, ref: BlobRef, blob_id: bytes) -> bytes:
         """The plaintext of the blob ``blob_id`` stored at ``ref`` (authenticated)."""
-        pack = self._load_pack(ref.pack)
+        return self._open_in(self._load_pack(ref.pack), ref, blob_id)
+
+    def _open_in(self, pack: bytes, ref: BlobRef, blob_id: bytes) -> bytes:
+        """Open the blob at ``ref`` in the bytes of its ``pack`` (thread-safe)."""
         data_key = self._data_key(pack, ref.pack)
         sealed = pack[ref.offset : ref.offset + ref.length]
         plain = crypto.decrypt(
             data_key, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"
         )
         if plain[:1] == b"\x01":
-            return self._dctx.decompress(plain[1:])
+            return zstandard.ZstdDecompressor().decompress(plain[1:])
         return plain[1:]
 
     # ---- entries ------------------------------------------------------------
@@ -144,6 +154,76 @@ class SnapshotReader:
         """The entry's content, chunk by chunk."""
         for blob_hex in entry.chunks:
             yield self.chunk(blob_hex)
+
+    def read_ahead(
+        self, entries: Iterator[Entry], window: int = READ_AHEAD
+    ) -> Generator[tuple[Entry, Iterator[bytes]], None, None]:
+        """Each entry with its content, in order, while the packs of the next
+        ``window`` chunks are fetched (concurrently, each pack once) and their blobs
+        opened on other threads.  A blob that fails there is read again through
+        :meth:`chunk` (which looks for other copies).  Consume each entry's content
+        before asking for the next entry."""
+        ahead, here = itertools.tee(entries)
+        todo = (c for e in ahead for c in e.chunks)
+        fetch = ThreadPoolExecutor(FETCHERS, "lnk-restore-fetch")
+        decode = ThreadPoolExecutor(2, "lnk-restore-open")
+        packs: OrderedDict[str, Future[bytes]] = OrderedDict()
+        pending: deque[tuple[str, Future[bytes] | None]] = deque()
+
+        def pack(name: str) -> Future[bytes]:
+            fut = packs.get(name)
+            if fut is None:
+                fut = packs[name] = fetch.submit(self.repo.bucket.get, pack_key(name))
+                while len(packs) > PACKS_AHEAD:
+                    packs.popitem(last=False)
+            else:
+                packs.move_to_end(name)
+            return fut
+
+        def open_one(ref: BlobRef, blob_id: bytes, body: Future[bytes]) -> bytes:
+            return self._open_in(body.result(), ref, blob_id)
+
+        def fill() -> None:
+            while len(pending) < window:
+                blob_hex = next(todo, None)
+                if blob_hex is None:
+                    return
+                blob_id = bytes.fromhex(blob_hex)
+                ref = self.index.get(blob_id)
+                if ref is None or ref.kind != "data":
+                    pending.append((blob_hex, None))
+                    continue
+                fut = decode.submit(open_one, ref, blob_id, pack(ref.pack))
+                pending.append((blob_hex, fut))
+
+        def take() -> bytes:
+            fill()
+            blob_hex, fut = pending.popleft()
+            if fut is not None:
+                try:
+                    return fut.result()
+                except (BackupError, NotFound):
+                    pass
+            return self.chunk(blob_hex)
+
+        def content(n: int, used: list[int]) -> Iterator[bytes]:
+            while used[0] < n:
+                used[0] += 1
+                yield take()
+
+        try:
+            for e in here:
+                used = [0]
+                yield e, content(len(e.chunks), used)
+                while used[0] < len(e.chunks):  # not consumed: keep the order
+                    used[0] += 1
+                    take()
+        finally:
+            for _h, f in pending:
+                if f is not None:
+                    f.cancel()
+            decode.shutdown(wait=True, cancel_futures=True)
+            fetch.shutdown(wait=True, cancel_futures=True)
 
     def read_blob(self, name: str) -> bytes:
         for e in self.entries():

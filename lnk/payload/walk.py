@@ -192,7 +192,9 @@ def _file(
             group, first = groups[key], False
         else:
             group = groups[key] = len(groups)
-    if st.st_size >= 16 and is_sqlite(path):
+    # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
+    sha = cache.lookup(rel, st)
+    if sha is None and st.st_size >= 16 and is_sqlite(path):
         snap = sqlite_snapshot(path, snap_dir)
         stats.snapshots.append(snap)
         size = snap.stat().st_size
@@ -201,7 +203,6 @@ def _file(
         return WalkedFile(
             rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap
         )
-    sha = cache.lookup(rel, st)
     if sha is None and not hash_files:
         sha = ""
     elif sha is None:
