@@ -12,7 +12,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 from collections import deque
 from collections.abc import Iterator
@@ -22,8 +21,9 @@ from typing import Any
 
 from lnk.agents.stores import clone_chats, open_agent_store, store_path
 from lnk.collections import CollectionId, FileStore, Store
-from lnk.errors import InvalidInput, TransportError
+from lnk.errors import InvalidInput, Refused, TransportError
 from lnk.payload import manifest as M
+from lnk.payload import safefs
 from lnk.payload.receivers import Receiver, base_chats
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
@@ -42,7 +42,7 @@ class Stage:
     def __init__(self, receiver: Receiver, store_driver: str | None) -> None:
         self.r = receiver
         self.work = receiver.dir / "work"
-        shutil.rmtree(self.work, ignore_errors=True)
+        safefs.rmtree(self.work)
         self.work.mkdir()
         (self.work / "incoming").mkdir()
         self.db = sqlite3.connect(self.work / "entries.sqlite", isolation_level=None)
@@ -76,6 +76,8 @@ class Stage:
         self.coll_cid: CollectionId | None = None
         self.coll_fresh = True
         self.based = False  # the staged store started from a held or bulk copy
+        self.prefix = 0  # bytes before a stream's path on this disk (set at the HEAD)
+        self.room = M.MAX_PATH_BYTES
 
     # ---- records --------------------------------------------------------
     def take(self, rtype: int, body: bytes) -> None:
@@ -88,6 +90,7 @@ class Stage:
                     "record, not the manifest"
                 )
             self.head = M.Head.from_json(M.load_json(body, "manifest"))
+            self._path_room()
             return
         try:
             if rtype == M.DATA:
@@ -122,6 +125,7 @@ class Stage:
             if self.entries > M.MAX_ENTRIES:
                 raise M.bad(f"the stream holds more than {M.MAX_ENTRIES} entries")
             self._check_parent(e.path)
+            self._check_length(e.path)
             try:
                 self.db.execute(
                     "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
@@ -151,6 +155,31 @@ class Stage:
             else:
                 self.unresolved.append(e)
 
+    def _path_room(self) -> None:
+        """How long a stream's path may be here: joined to the agent's folder (or to the
+        staging folder, whichever is longer) it must stay within the system's PATH_MAX."""
+        assert self.head is not None
+        root = self.r.machine.folders(self.head.name).root
+        try:
+            path_max = os.pathconf(self.work, "PC_PATH_MAX")
+        except (OSError, ValueError):
+            path_max = 4096
+        self.prefix = max(len(os.fsencode(root)), len(os.fsencode(self.work / "agent-old")))
+        self.room = path_max - 1 - self.prefix - 1
+
+    def _check_length(self, path: str) -> None:
+        n = len(path.encode())
+        if n > self.room:
+            assert self.head is not None
+            root = self.r.machine.folders(self.head.name).root
+            raise Refused(
+                f"the path {path[:60]!r}… ({n} bytes) is too long to be written here: "
+                f"joined to {root} it passes this system's limit of "
+                f"{self.room + self.prefix + 1} bytes",
+                hint="nothing was applied; shorten the path where the agent is, "
+                "or keep the agent where its folder's path is shorter",
+            )
+
     def _check_parent(self, path: str) -> None:
         if path in M.FILE_ROOTS:
             return
@@ -170,7 +199,7 @@ class Stage:
                 mine = self.db.execute("SELECT i FROM e WHERE path=?", (e.path,)).fetchone()
                 if first[0] != mine[0]:
                     continue  # a link to an earlier member of this stream
-            if self.r.local_path(e.sha256) is None:
+            if self.r.held(e.sha256) is None:
                 raise M.bad(
                     f"{e.path!r} carries no bytes and its content is held nowhere "
                     "here (a link to something outside the stream?)"

@@ -144,17 +144,18 @@ def _walk_dir(
     snap_dir: Path,
     hash_files: bool = True,
 ) -> Iterator[WalkedFile]:
+    """One root, depth first, a folder before its contents; iterative (any depth)."""
     st = os.lstat(path)
     stats.folders += 1
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
-    try:
-        with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError:
-        return
-    names = {e.name for e in entries}
-    for e in entries:
-        erel = f"{rel}/{e.name}"
+    stack = [(rel, *_listing(path))]
+    while stack:
+        drel, it, names = stack[-1]
+        e = next(it, None)
+        if e is None:
+            stack.pop()
+            continue
+        erel = f"{drel}/{e.name}"
         try:
             est = e.stat(follow_symlinks=False)
         except FileNotFoundError:
@@ -163,7 +164,9 @@ def _walk_dir(
             stats.skipped_links += 1
             continue
         if stat.S_ISDIR(est.st_mode):
-            yield from _walk_dir(Path(e.path), erel, cache, stats, groups, snap_dir, hash_files)
+            stats.folders += 1
+            yield WalkedFile(erel, "d", stat.S_IMODE(est.st_mode))
+            stack.append((erel, *_listing(Path(e.path))))
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1
@@ -171,6 +174,16 @@ def _walk_dir(
         if any(e.name.endswith(s) and e.name[: -len(s)] in names for s in SQLITE_SIDECARS):
             continue  # folded into the database's snapshot
         yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files)
+
+
+def _listing(path: Path) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
+    """A folder's entries sorted by name, and their names."""
+    try:
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        entries = []
+    return iter(entries), {e.name for e in entries}
 
 
 def _file(
