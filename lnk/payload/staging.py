@@ -76,11 +76,15 @@ class Stage:
         self.coll_cid: CollectionId | None = None
         self.coll_fresh = True
         self.based = False  # the staged store started from a held or bulk copy
+        self.records = 0  # records taken so far
         self.prefix = 0  # bytes before a stream's path on this disk (set at the HEAD)
         self.room = M.MAX_PATH_BYTES
 
     # ---- records --------------------------------------------------------
     def take(self, rtype: int, body: bytes) -> None:
+        index, self.records = self.records, self.records + 1
+        if rtype not in M.RECORD_NAMES:  # before anything it might be taken for
+            raise M.bad(f"record {index} is of an unknown record type {rtype:#x} (unassigned)")
         if self.summary is not None:
             raise M.bad("a record follows the summary")
         if self.head is None:
@@ -104,10 +108,8 @@ class Stage:
             elif rtype == M.SUMMARY:
                 self._end_collections()
                 self.summary = M.load_json(body, "summary")
-            elif rtype == M.HEAD:
-                raise M.bad("a second manifest in one stream")
             else:
-                raise M.bad(f"unknown record type {rtype:#x}")
+                raise M.bad("a second manifest in one stream")
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise disk_full(e) from e
