@@ -234,7 +234,10 @@ def _commit(
 
     write_toml_atomic(work / "settings.toml", settings.to_toml())
     if existing is None:
-        filtered = filter_from_stream(head.grants) if head.grants.strip() else None
+        try:
+            filtered = filter_from_stream(head.grants) if head.grants.strip() else None
+        except RecursionError:
+            raise M.bad("the stream's grants are nested too deeply") from None
         if filtered is not None:
             (work / "sandbox.toml").write_text(filtered.to_toml())
             report.dropped_grants = filtered.dropped

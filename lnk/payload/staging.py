@@ -51,7 +51,7 @@ class Stage:
             "CREATE TABLE e (i INTEGER PRIMARY KEY, path TEXT UNIQUE, fold TEXT UNIQUE,"
             " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT)"
         )
-        self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT)")
+        self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT, ro INT)")
         self.db.execute("BEGIN")
         self.head: M.Head | None = None
         self.store_driver = store_driver
@@ -107,7 +107,14 @@ class Stage:
                 self._collection_bytes(body)
             elif rtype == M.SUMMARY:
                 self._end_collections()
-                self.summary = M.load_json(body, "summary")
+                summary = M.load_json(body, "summary")
+                if not isinstance(summary, dict):
+                    raise M.bad("the summary is not an object")
+                for k in M.SUMMARY_KEYS:
+                    v = summary.get(k)
+                    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                        raise M.bad(f"the summary's {k!r} is {str(v)[:40]!r}, not a count")
+                self.summary = summary
             else:
                 raise M.bad("a second manifest in one stream")
         except OSError as e:
@@ -120,6 +127,11 @@ class Stage:
         batch = M.load_json(body, "file list")
         if not isinstance(batch, list):
             raise M.bad("a file list is not a list")
+        if len(batch) > M.FILES_PER_RECORD:
+            raise M.bad(
+                f"record {self.records - 1} lists {len(batch)} entries; a FILES record "
+                f"holds at most {M.FILES_PER_RECORD}"
+            )
         self._resolve_unresolved()
         for raw in batch:
             e = M.FileEntry.from_json(raw)
@@ -143,11 +155,21 @@ class Stage:
                 continue
             self.files += 1
             if e.group is not None:
-                row = self.db.execute("SELECT sha, size FROM g WHERE grp=?", (e.group,)).fetchone()
+                ro = M.read_only(e.path)
+                row = self.db.execute(
+                    "SELECT sha, size, ro FROM g WHERE grp=?", (e.group,)
+                ).fetchone()
                 if row is None:
-                    self.db.execute("INSERT INTO g VALUES (?,?,?)", (e.group, e.sha256, e.size))
-                elif tuple(row) != (e.sha256, e.size):
+                    self.db.execute(
+                        "INSERT INTO g VALUES (?,?,?,?)", (e.group, e.sha256, e.size, ro)
+                    )
+                elif tuple(row[:2]) != (e.sha256, e.size):
                     raise M.bad(f"{e.path!r} is a hard link to a file with other content")
+                elif bool(row[2]) != ro:
+                    raise M.bad(
+                        f"{e.path!r} is a hard link across folders with different write rules "
+                        "(a read-only folder of Agent/ and one the agent writes)"
+                    )
                 elif e.data:
                     raise M.bad(f"{e.path!r} carries bytes but is a link to an earlier file")
             if e.data:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lnk.payload.cachedb import CacheDB
-from lnk.payload.manifest import FILE_ROOTS
+from lnk.payload.manifest import FILE_ROOTS, read_only
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
@@ -122,7 +122,7 @@ def walk_agent(
 
     ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
     caller that reads and hashes every file anyway, such as a backup)."""
-    groups: dict[tuple[int, int], int] = {}
+    groups: dict[tuple[int, int, bool], int] = {}
     snap_dir = snapshot_dir or Path(tempfile.mkdtemp(prefix="lnk-snap-"))
     for root in FILE_ROOTS:
         top = agent_root / root
@@ -140,7 +140,7 @@ def _walk_dir(
     rel: str,
     cache: HashCache,
     stats: WalkStats,
-    groups: dict[tuple[int, int], int],
+    groups: dict[tuple[int, int, bool], int],
     snap_dir: Path,
     hash_files: bool = True,
 ) -> Iterator[WalkedFile]:
@@ -192,7 +192,7 @@ def _file(
     st: os.stat_result,
     cache: HashCache,
     stats: WalkStats,
-    groups: dict[tuple[int, int], int],
+    groups: dict[tuple[int, int, bool], int],
     snap_dir: Path,
     hash_files: bool = True,
 ) -> WalkedFile:
@@ -200,7 +200,9 @@ def _file(
     mode = stat.S_IMODE(st.st_mode)
     group, first = None, True
     if st.st_nlink > 1:
-        key = (st.st_dev, st.st_ino)
+        # a group never joins a read-only folder of Agent/ to a writable one (the receiver
+        # refuses it): the other side's links are a group of their own
+        key = (st.st_dev, st.st_ino, read_only(rel))
         if key in groups:
             group, first = groups[key], False
         else:
