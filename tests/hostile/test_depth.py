@@ -121,3 +121,21 @@ def test_rmtree_is_iterative_and_follows_no_link(tmp_path: Path) -> None:
     assert (outside / "precious").read_bytes() == b"keep"
     assert safefs.rmtree(top)  # gone already: fine
     assert tree(outside) == {"precious": tree(outside)["precious"]}
+
+
+def test_an_agent_of_many_long_paths_is_sent_in_files_records_under_1_mib(
+    fresh: Dest, tmp_path: Path
+) -> None:
+    """1500 entries of 770-byte paths would be a 1.3 MB FILES record: the sender cuts it."""
+    ents, top = [*roots()], "Home/" + "l" * 250 + "/" + "m" * 250
+    ents += [dentry(top.rsplit("/", 1)[0]), dentry(top)]
+    for i in range(1500):
+        ents.append(fentry(f"{top}/{i:04d}" + "p" * 250, b""))
+    fresh.accept(fresh.stream(records(fresh.head(), ents)))
+    there = tmp_path / "there"
+    there.mkdir()
+    other = Dest.make(there, fresh.agent_id, for_agent=False)
+    p = lnk(fresh.home, "agent", "state-send", "--to", other.pub.text())
+    assert p.returncode == 0, p.stderr.decode()
+    other.accept(p.stdout)
+    assert len(list((other.agent_root / top).iterdir())) == 1500
