@@ -255,7 +255,7 @@ def read_header(
 def parse_meta(meta_bytes: bytes) -> dict[str, Any]:
     try:
         meta = json.loads(meta_bytes.decode("utf-8")) if meta_bytes else {}
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         meta = None
     if not isinstance(meta, dict):
         raise StreamFault("header", "the stream's metadata is not a JSON object", hint=_DAMAGED)
@@ -353,7 +353,7 @@ def open_record(
     except InvalidTag:
         raise StreamFault(
             "payload",
-            f"record {index} does not verify: the stream was altered, its records "
+            f"record {index} does not authenticate: the stream was altered, its records "
             "reordered, dropped or duplicated, or spliced from another stream",
             hint=_DAMAGED,
         ) from None

@@ -290,14 +290,22 @@ class StreamReader:
         lookahead = max(1, 2 * self._workers)
         pending: deque[Future[tuple[int, bytes, bytes]] | _Final] = deque()
         error: StreamError | None = None
+        scan = self._scan(pool)
         try:
-            try:
-                for item in self._scan(pool):
-                    pending.append(item)
-                    while len(pending) > lookahead:
-                        yield from self._complete(pending.popleft())
-            except StreamError as exc:
-                error = exc  # report earlier records' problems first
+            while True:
+                # only a fault of the framing ahead is held back (earlier records' problems
+                # are reported first); a record that does not open raises at its turn, so
+                # nothing after it reaches the caller
+                try:
+                    item = next(scan)
+                except StopIteration:
+                    break
+                except StreamError as exc:
+                    error = exc
+                    break
+                pending.append(item)
+                while len(pending) > lookahead:
+                    yield from self._complete(pending.popleft())
             while pending:
                 yield from self._complete(pending.popleft())
             if error is not None:

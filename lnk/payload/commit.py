@@ -13,15 +13,18 @@ from then on the apply is decided and rolls forward (here, or at the next
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import sqlite3
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lnk.agents.layout import AGENT_COLLECTION_DIRS, Machine
+from lnk.errors import Refused
+from lnk.payload import safefs
 from lnk.payload.receivers import Receiver
 from lnk.payload.staging import Stage
 
@@ -61,23 +64,37 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
     agent_dir.mkdir(exist_ok=True)
     home_dir.mkdir(exist_ok=True)
     discard = _discarded_roots(r, agent_root)
+    assert stage.head is not None
+    hashes = r.machine.runtime_dir(stage.head.agent_id) / "hashes.sqlite"
     group_targets: dict[int, Path] = {}  # hard-link groups only
+    checked: list[str] = []  # folders of Home/ found link-free, along the current path
     same = 0
     for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
         if path == "Home" or path.startswith("Home/"):
             rel = path[5:]
             target = home_dir / rel if rel else home_dir
             dest = agent_root / "Home" / rel if rel else agent_root / "Home"
-            try:
-                have = _dest_kind(dest, agent_root)
+            where = str(dest)
+            while checked and not where.startswith(checked[-1] + "/"):
+                checked.pop()
+            try:  # from the deepest folder checked already: linear in depth, not square
+                have = _dest_kind(dest, Path(checked[-1]) if checked else agent_root)
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
+            if kind == "d" and have in (None, "d"):
+                checked.append(where)
             if have is not None and have != kind:
                 raise Conflict(
                     f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
                     f"but {'a folder' if have == 'd' else 'something else'} here"
                 )
-            if kind == "f" and have == "f" and grp is None and r.local_sha(path) == sha:
+            if (
+                kind == "f"
+                and have == "f"
+                and grp is None
+                and r.local_sha(path) == sha
+                and _unchanged(agent_root, path, sha, hashes)
+            ):
                 same += 1
                 continue
         else:
@@ -93,13 +110,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
         if size == 0:
             target.touch()
         else:
-            src = r.local_path(sha)
-            if src is None:
-                raise Conflict(f"the content of {path} vanished from staging")
-            if _discarded(src, discard):
-                os.link(src, target)  # its old place goes at the commit: no copy needed
-            else:
-                shutil.copyfile(src, target)
+            _take(r, path, sha, target, discard)
         os.chmod(target, mode)
         os.utime(target, ns=(mtime, mtime))
         if grp is not None:
@@ -121,14 +132,53 @@ def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
     return roots
 
 
-def _discarded(src: Path, roots: list[Path]) -> bool:
-    """Whether ``src`` may be linked rather than copied: it is under a discarded root and
-    not linked yet (a second file of the same content gets a copy of its own)."""
-    if not any(src.is_relative_to(root) for root in roots):
-        return False
+def _take(r: Receiver, path: str, sha: str, target: Path, discard: list[Path]) -> None:
+    """Put the content ``sha`` for the entry ``path`` at ``target``, from where the receiver
+    holds it: opened without following any link (a folder of the base swapped for a link
+    since --prepare leads nowhere) and hashed again as it is read (a changed file is refused).
+
+    Content under a discarded root (the receiver's objects, the agent's old Agent/, the
+    folders it left here) is hard-linked when nothing else links it: the commit drops its
+    old place, so no copy is needed.  A second file of the same content gets a copy.
+    """
+    where = r.held(sha)
+    if where is None:
+        raise Conflict(f"the content of {path} vanished from staging")
+    root, rel = where
+    own = root == r.objects  # verified as it arrived, in the receiver's private folder
+    link = any((root / rel).is_relative_to(d) for d in discard)
     try:
-        return os.lstat(src).st_nlink == 1
-    except OSError:
+        safefs.take(root, rel, target, sha, link=link, verify=not own)
+    except safefs.Changed as e:
+        raise Refused(
+            f"the content of {path} was to come from {root / rel}, which this machine "
+            f"held when the receiver was prepared, but {e}",
+            hint="nothing was applied; prepare a new receiver "
+            "(lnk agent state-receive --prepare) and send again",
+        ) from None
+
+
+def _unchanged(agent_root: Path, path: str, sha: str, hashes: Path) -> bool:
+    """Whether the file ``path`` of the destination still holds ``sha`` (as indexed at
+    prepare): the agent's SHA-256 cache says so for its stat now, or hashing it does."""
+    try:
+        st = os.lstat(agent_root / path)
+        if hashes.exists():
+            con = sqlite3.connect(f"file:{hashes}?mode=ro&immutable=1", uri=True)
+            try:
+                row = con.execute(
+                    "SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?", (path,)
+                ).fetchone()
+            finally:
+                con.close()
+            if row and tuple(row) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha):
+                return True
+        fd = safefs.open_under(agent_root, path)
+        try:
+            return safefs.sha256_fd(fd) == sha
+        finally:
+            os.close(fd)
+    except (OSError, sqlite3.Error):
         return False
 
 
@@ -168,12 +218,14 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
         Path(moved_note).unlink(missing_ok=True)
     kept = plan.get("drop_kept")
     if kept:  # the agent is back: the folders it left here are in it again
-        shutil.rmtree(kept, ignore_errors=True)
+        safefs.rmtree(kept)
+    # the apply is done: nothing below may make it look failed
     if before_cleanup is not None:
         # what goes first: dropping a hard link changes the ctime of the file it shared
-        shutil.rmtree(r.objects, ignore_errors=True)
-        shutil.rmtree(old_agent, ignore_errors=True)
-        before_cleanup(skipped)
+        safefs.rmtree(r.objects)
+        safefs.rmtree(old_agent)
+        with contextlib.suppress(Exception):  # a cache of SHA-256s: losing it costs time
+            before_cleanup(skipped)
     r.abandon()
     return {"skipped": skipped}
 
@@ -192,7 +244,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
         rel = stack.pop()
         d = dest / rel
         try:
-            if _dest_kind(d, dest) is None:
+            if _dest_kind(d, d.parent if rel.parts else dest) is None:  # its folder was checked
                 d.mkdir()
                 os.chmod(d, stat.S_IMODE(os.stat(src / rel).st_mode))  # the mode travels
         except (Conflict, OSError):
@@ -205,7 +257,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
                     continue
                 target = d / entry.name
                 try:
-                    if _dest_kind(target, dest) not in (None, "f"):
+                    if _dest_kind(target, d) not in (None, "f"):
                         raise Conflict("not a file")
                     os.replace(entry.path, target)
                 except (Conflict, OSError):

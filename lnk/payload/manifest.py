@@ -46,11 +46,24 @@ MAX_FILE_SIZE = 1 << 40
 MAX_JSON_RECORD = 1 << 20
 MAX_COLLECTION_LINE = (1 << 20) + (64 << 10)
 FILES_PER_RECORD = 2000
+MAX_GRANTS_BYTES = 64 << 10
+MAX_MTIME_NS = (1 << 63) - 1  # what a file system's timestamps hold
+MAX_JSON_DEPTH = 512  # nesting of a JSON value (arrays and objects)
+BASE_STREAM_RE = re.compile(r"^[0-9a-f]{32}$")
+SUMMARY_KEYS = ("entries", "files", "data_bytes", "collections", "records")
 PHASES = ("full", "bulk", "final")
 
 # where files may go: Home and the agent's file-kept folders (chats/ travels as collections)
 FILE_ROOTS = ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/schedule")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+# the agent reads these and never writes them (the sandbox mounts them read-only)
+READ_ONLY_ROOTS = ("Agent/instructions", "Agent/skills")
+
+
+def read_only(path: str) -> bool:
+    """Whether ``path`` is under a folder the agent may not write: a hard link may not
+    join it to one it may write (the sandbox would leave the shared inode writable)."""
+    return any(path == r or path.startswith(r + "/") for r in READ_ONLY_ROOTS)
 
 
 def bad(msg: str) -> StreamError:
@@ -64,7 +77,10 @@ def check_path(p: Any) -> str:
     """A path in the stream: relative, no '..', no NUL, under one of FILE_ROOTS."""
     if not isinstance(p, str) or not p:
         raise bad("a file entry has no path")
-    raw = p.encode("utf-8", "surrogateescape")
+    try:
+        raw = p.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad(f"the path {p[:80]!r} is not valid UTF-8 (it holds a lone surrogate)") from None
     if len(raw) > MAX_PATH_BYTES:
         raise bad(f"a path is longer than {MAX_PATH_BYTES} bytes")
     if "\x00" in p:
@@ -75,7 +91,7 @@ def check_path(p: Any) -> str:
     for part in parts:
         if part in ("", ".", ".."):
             raise bad(f"the path {p[:80]!r} has an empty, '.' or '..' component")
-        if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
             raise bad(f"a name in {p[:80]!r} is longer than {MAX_NAME_BYTES} bytes")
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in part):
             raise bad(f"the path {p[:80]!r} holds a control character")
@@ -127,6 +143,9 @@ class FileEntry:
             raise bad(f"{path!r} has an invalid mode")
         mode &= 0o777  # never setuid, setgid or sticky
         if kind == "d":
+            extra = set(d) - {"p", "t", "m"}
+            if extra:
+                raise bad(f"the folder {path!r} carries {sorted(extra)}: a folder has only p, t, m")
             return cls(path, "d", mode | 0o700)
         size, sha, group, data, mtime = (
             d.get("s"),
@@ -145,7 +164,7 @@ class FileEntry:
             raise bad(f"{path!r} has an invalid hard-link group")
         if not isinstance(data, bool):
             raise bad(f"{path!r} has an invalid data flag")
-        if not isinstance(mtime, int) or isinstance(mtime, bool) or mtime < 0:
+        if not isinstance(mtime, int) or isinstance(mtime, bool) or not 0 <= mtime <= MAX_MTIME_NS:
             raise bad(f"{path!r} has an invalid mtime")
         return cls(path, "f", mode | 0o600, size, sha, group, data, mtime)
 
@@ -202,10 +221,18 @@ class Head:
             raise bad("the manifest carries no settings")
         if not isinstance(grants, str):
             raise bad("the manifest's grants are not text")
+        if len(grants.encode()) > MAX_GRANTS_BYTES:
+            raise bad(f"the manifest's grants are larger than {MAX_GRANTS_BYTES} bytes")
+        for part in ("ports", "turns"):  # numbers, never booleans (True would read as 1)
+            section = settings.get(part)
+            if isinstance(section, dict) and any(
+                isinstance(v, bool) or not isinstance(v, int) for v in section.values()
+            ):
+                raise bad(f"the manifest's settings [{part}] holds something other than numbers")
         if phase not in PHASES:
             raise bad(f"unknown phase {phase!r}")
         base = d.get("base_stream")
-        if base is not None and (not isinstance(base, str) or len(base) > 64):
+        if base is not None and (not isinstance(base, str) or not BASE_STREAM_RE.match(base)):
             raise bad("the manifest's base stream is invalid")
         return cls(aid, owner, aname, settings, grants, phase, base)  # type: ignore[arg-type]
 
@@ -214,10 +241,49 @@ def dump(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def load_json(body: bytes, what: str) -> Any:
+    """Parse a JSON record body: strict UTF-8, no lone surrogate in any string, nested at
+    most MAX_JSON_DEPTH deep.  Anything else is refused as the record it came in."""
     if len(body) > MAX_JSON_RECORD:
         raise bad(f"a {what} record is larger than {MAX_JSON_RECORD} bytes")
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+        text = body.decode("utf-8")  # strict: json.loads(bytes) would pass surrogates
+        value = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise bad(f"a {what} record is not UTF-8 ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise bad(f"a {what} record is nested too deeply") from None
+    except ValueError as e:
         raise bad(f"a {what} record is not valid JSON ({e})") from e
+    if isinstance(value, (dict, list)):
+        surrogates = _SURROGATE_ESCAPE.search(text) is not None
+        if surrogates or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+            _check_value(value, what, surrogates)  # rare: most bodies cannot be that deep
+    return value
+
+
+def _check_value(value: Any, what: str, surrogates: bool) -> None:
+    """Depth, and (when an escape could have made one) lone surrogates; iteratively."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise bad(f"a {what} record is nested deeper than {MAX_JSON_DEPTH} levels")
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        for k, x in items:
+            for t in (k, x):
+                if surrogates and isinstance(t, str) and not _utf8(t):
+                    raise bad(f"a {what} record holds text with a lone surrogate ({t[:40]!r})")
+            if isinstance(x, (dict, list)):
+                stack.append((x, depth + 1))
+
+
+def _utf8(t: str) -> bool:
+    try:
+        t.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

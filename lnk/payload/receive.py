@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import sqlite3
 import stat
 from collections.abc import Callable, Iterable
@@ -25,7 +24,7 @@ from lnk.agents.registry import Agent, find_by_id, taken_blocks
 from lnk.agents.settings import Settings, migrate
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
 from lnk.formats.stream import StreamReader
-from lnk.payload import commit
+from lnk.payload import commit, safefs
 from lnk.payload import manifest as M
 from lnk.payload.receivers import Receiver, open_receiver, prepare
 from lnk.payload.staging import Stage, disk_full
@@ -99,7 +98,10 @@ def _settings_here(
     else:
         s.port_base = ports.allocate(s.name, s.harness, taken_blocks(machine))
     here = existing.settings if existing is not None else None
-    return policy.arrive(machine, s, head.grants, here, mover_grants)
+    try:
+        return policy.arrive(machine, s, head.grants, here, mover_grants)
+    except RecursionError:
+        raise M.bad("the stream's grants are nested too deeply") from None
 
 
 def receive(
@@ -194,7 +196,7 @@ def _receive(
             stage.close()
         stage.db.close()
         if not (r.dir / commit.JOURNAL).exists():
-            shutil.rmtree(stage.work, ignore_errors=True)
+            safefs.rmtree(stage.work)
 
 
 def _check_phase(r: Any, head: M.Head) -> None:
@@ -216,7 +218,7 @@ def _check_phase(r: Any, head: M.Head) -> None:
 
 
 def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
-    shutil.rmtree(r.bulk, ignore_errors=True)
+    safefs.rmtree(r.bulk)
     (r.bulk / "agent").mkdir(parents=True)
     chats = stage.work / "agent" / "chats"
     if chats.exists():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from lnk.agents.moved import purge_expired as purge_moved
 from lnk.agents.registry import find_by_id
 from lnk.errors import InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
+from lnk.payload import safefs
 from lnk.payload.inventory import Inventory
 from lnk.payload.walk import HashCache, WalkStats, walk_agent
 
@@ -80,17 +80,24 @@ class Receiver:
             self._con = sqlite3.connect(db, check_same_thread=False)
         return self._con
 
-    def local_path(self, sha: str) -> Path | None:
-        """Where this machine already holds content with this SHA-256, if anywhere."""
-        obj = self.objects / sha
-        if obj.exists():
-            return obj
+    def held(self, sha: str) -> tuple[Path, str] | None:
+        """Where content with this SHA-256 is held, as (a folder, a path below it): the
+        receiver's own objects, a snapshot it took, or a file of the base as indexed at
+        prepare.  The caller opens it with ``safefs`` (no link followed) and hashes it."""
+        if (self.objects / sha).is_file():
+            return self.objects, sha
         con = self._local()
         if con is None:
             return None
-        row = con.execute("SELECT path FROM c WHERE sha=?", (sha,)).fetchone()
-        if row and Path(row[0]).is_file() and not Path(row[0]).is_symlink():
-            return Path(row[0])
+        row = con.execute("SELECT path, rel FROM c WHERE sha=?", (sha,)).fetchone()
+        if row is None:
+            return None
+        path, rel = Path(row[0]), str(row[1])
+        base = self.info().get("base_root")
+        if base and path == Path(base) / rel:
+            return Path(base), rel
+        if path.is_relative_to(self.dir):  # a SQLite snapshot taken at prepare
+            return self.dir, str(path.relative_to(self.dir))
         return None
 
     def local_sha(self, rel: str) -> str | None:
@@ -122,7 +129,7 @@ class Receiver:
         if self._con is not None:
             self._con.close()
             self._con = None
-        shutil.rmtree(self.dir, ignore_errors=True)
+        safefs.rmtree(self.dir)
 
 
 def check_receiver_id(rid: str) -> str:

@@ -69,11 +69,18 @@ class _Sender:
         self.report = report
         self.progress = progress or (lambda n: None)
         self.batch: list[dict[str, Any]] = []
+        self.batch_json = 0  # a bound on the batch's JSON size
         self.pending: list[WalkedFile] = []
         self.pending_bytes = 0
         self.sent: set[bytes] = set()
 
     def add(self, f: WalkedFile) -> None:
+        # a FILES body stays within MAX_JSON_RECORD whatever the paths' length (an entry
+        # is at most its path twice, escaped, and 200 bytes of fields)
+        size = 2 * len(f.rel.encode()) + 200
+        if self.batch and self.batch_json + size > M.MAX_JSON_RECORD:
+            self.flush()
+        self.batch_json += size
         r = self.report
         r.entries += 1
         if f.kind == "d":
@@ -106,6 +113,7 @@ class _Sender:
             return
         self.w.write(M.FILES, M.dump(self.batch))
         self.batch = []
+        self.batch_json = 0
         # one reused buffer, filled by readinto: no allocation and one copy fewer a MiB
         buf = bytearray(RECORD_MAX)
         view = memoryview(buf)

@@ -12,7 +12,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 from collections import deque
 from collections.abc import Iterator
@@ -22,8 +21,9 @@ from typing import Any
 
 from lnk.agents.stores import clone_chats, open_agent_store, store_path
 from lnk.collections import CollectionId, FileStore, Store
-from lnk.errors import InvalidInput, TransportError
+from lnk.errors import InvalidInput, Refused, TransportError
 from lnk.payload import manifest as M
+from lnk.payload import safefs
 from lnk.payload.receivers import Receiver, base_chats
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
@@ -42,7 +42,7 @@ class Stage:
     def __init__(self, receiver: Receiver, store_driver: str | None) -> None:
         self.r = receiver
         self.work = receiver.dir / "work"
-        shutil.rmtree(self.work, ignore_errors=True)
+        safefs.rmtree(self.work)
         self.work.mkdir()
         (self.work / "incoming").mkdir()
         self.db = sqlite3.connect(self.work / "entries.sqlite", isolation_level=None)
@@ -51,7 +51,7 @@ class Stage:
             "CREATE TABLE e (i INTEGER PRIMARY KEY, path TEXT UNIQUE, fold TEXT UNIQUE,"
             " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT)"
         )
-        self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT)")
+        self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT, ro INT)")
         self.db.execute("BEGIN")
         self.head: M.Head | None = None
         self.store_driver = store_driver
@@ -76,9 +76,15 @@ class Stage:
         self.coll_cid: CollectionId | None = None
         self.coll_fresh = True
         self.based = False  # the staged store started from a held or bulk copy
+        self.records = 0  # records taken so far
+        self.prefix = 0  # bytes before a stream's path on this disk (set at the HEAD)
+        self.room = M.MAX_PATH_BYTES
 
     # ---- records --------------------------------------------------------
     def take(self, rtype: int, body: bytes) -> None:
+        index, self.records = self.records, self.records + 1
+        if rtype not in M.RECORD_NAMES:  # before anything it might be taken for
+            raise M.bad(f"record {index} is of an unknown record type {rtype:#x} (unassigned)")
         if self.summary is not None:
             raise M.bad("a record follows the summary")
         if self.head is None:
@@ -88,6 +94,7 @@ class Stage:
                     "record, not the manifest"
                 )
             self.head = M.Head.from_json(M.load_json(body, "manifest"))
+            self._path_room()
             return
         try:
             if rtype == M.DATA:
@@ -100,11 +107,16 @@ class Stage:
                 self._collection_bytes(body)
             elif rtype == M.SUMMARY:
                 self._end_collections()
-                self.summary = M.load_json(body, "summary")
-            elif rtype == M.HEAD:
-                raise M.bad("a second manifest in one stream")
+                summary = M.load_json(body, "summary")
+                if not isinstance(summary, dict):
+                    raise M.bad("the summary is not an object")
+                for k in M.SUMMARY_KEYS:
+                    v = summary.get(k)
+                    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                        raise M.bad(f"the summary's {k!r} is {str(v)[:40]!r}, not a count")
+                self.summary = summary
             else:
-                raise M.bad(f"unknown record type {rtype:#x}")
+                raise M.bad("a second manifest in one stream")
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise disk_full(e) from e
@@ -115,6 +127,11 @@ class Stage:
         batch = M.load_json(body, "file list")
         if not isinstance(batch, list):
             raise M.bad("a file list is not a list")
+        if len(batch) > M.FILES_PER_RECORD:
+            raise M.bad(
+                f"record {self.records - 1} lists {len(batch)} entries; a FILES record "
+                f"holds at most {M.FILES_PER_RECORD}"
+            )
         self._resolve_unresolved()
         for raw in batch:
             e = M.FileEntry.from_json(raw)
@@ -122,6 +139,7 @@ class Stage:
             if self.entries > M.MAX_ENTRIES:
                 raise M.bad(f"the stream holds more than {M.MAX_ENTRIES} entries")
             self._check_parent(e.path)
+            self._check_length(e.path)
             try:
                 self.db.execute(
                     "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
@@ -137,11 +155,21 @@ class Stage:
                 continue
             self.files += 1
             if e.group is not None:
-                row = self.db.execute("SELECT sha, size FROM g WHERE grp=?", (e.group,)).fetchone()
+                ro = M.read_only(e.path)
+                row = self.db.execute(
+                    "SELECT sha, size, ro FROM g WHERE grp=?", (e.group,)
+                ).fetchone()
                 if row is None:
-                    self.db.execute("INSERT INTO g VALUES (?,?,?)", (e.group, e.sha256, e.size))
-                elif tuple(row) != (e.sha256, e.size):
+                    self.db.execute(
+                        "INSERT INTO g VALUES (?,?,?,?)", (e.group, e.sha256, e.size, ro)
+                    )
+                elif tuple(row[:2]) != (e.sha256, e.size):
                     raise M.bad(f"{e.path!r} is a hard link to a file with other content")
+                elif bool(row[2]) != ro:
+                    raise M.bad(
+                        f"{e.path!r} is a hard link across folders with different write rules "
+                        "(a read-only folder of Agent/ and one the agent writes)"
+                    )
                 elif e.data:
                     raise M.bad(f"{e.path!r} carries bytes but is a link to an earlier file")
             if e.data:
@@ -150,6 +178,31 @@ class Stage:
                 self.pending.append(e)
             else:
                 self.unresolved.append(e)
+
+    def _path_room(self) -> None:
+        """How long a stream's path may be here: joined to the agent's folder (or to the
+        staging folder, whichever is longer) it must stay within the system's PATH_MAX."""
+        assert self.head is not None
+        root = self.r.machine.folders(self.head.name).root
+        try:
+            path_max = os.pathconf(self.work, "PC_PATH_MAX")
+        except (OSError, ValueError):
+            path_max = 4096
+        self.prefix = max(len(os.fsencode(root)), len(os.fsencode(self.work / "agent-old")))
+        self.room = path_max - 1 - self.prefix - 1
+
+    def _check_length(self, path: str) -> None:
+        n = len(path.encode())
+        if n > self.room:
+            assert self.head is not None
+            root = self.r.machine.folders(self.head.name).root
+            raise Refused(
+                f"the path {path[:60]!r}… ({n} bytes) is too long to be written here: "
+                f"joined to {root} it passes this system's limit of "
+                f"{self.room + self.prefix + 1} bytes",
+                hint="nothing was applied; shorten the path where the agent is, "
+                "or keep the agent where its folder's path is shorter",
+            )
 
     def _check_parent(self, path: str) -> None:
         if path in M.FILE_ROOTS:
@@ -170,7 +223,7 @@ class Stage:
                 mine = self.db.execute("SELECT i FROM e WHERE path=?", (e.path,)).fetchone()
                 if first[0] != mine[0]:
                     continue  # a link to an earlier member of this stream
-            if self.r.local_path(e.sha256) is None:
+            if self.r.held(e.sha256) is None:
                 raise M.bad(
                     f"{e.path!r} carries no bytes and its content is held nowhere "
                     "here (a link to something outside the stream?)"

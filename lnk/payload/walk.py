@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lnk.payload.cachedb import CacheDB
-from lnk.payload.manifest import FILE_ROOTS
+from lnk.payload.manifest import FILE_ROOTS, read_only
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
@@ -122,7 +122,7 @@ def walk_agent(
 
     ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
     caller that reads and hashes every file anyway, such as a backup)."""
-    groups: dict[tuple[int, int], int] = {}
+    groups: dict[tuple[int, int, bool], int] = {}
     snap_dir = snapshot_dir or Path(tempfile.mkdtemp(prefix="lnk-snap-"))
     for root in FILE_ROOTS:
         top = agent_root / root
@@ -140,21 +140,22 @@ def _walk_dir(
     rel: str,
     cache: HashCache,
     stats: WalkStats,
-    groups: dict[tuple[int, int], int],
+    groups: dict[tuple[int, int, bool], int],
     snap_dir: Path,
     hash_files: bool = True,
 ) -> Iterator[WalkedFile]:
+    """One root, depth first, a folder before its contents; iterative (any depth)."""
     st = os.lstat(path)
     stats.folders += 1
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
-    try:
-        with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError:
-        return
-    names = {e.name for e in entries}
-    for e in entries:
-        erel = f"{rel}/{e.name}"
+    stack = [(rel, *_listing(path))]
+    while stack:
+        drel, it, names = stack[-1]
+        e = next(it, None)
+        if e is None:
+            stack.pop()
+            continue
+        erel = f"{drel}/{e.name}"
         try:
             est = e.stat(follow_symlinks=False)
         except FileNotFoundError:
@@ -163,7 +164,9 @@ def _walk_dir(
             stats.skipped_links += 1
             continue
         if stat.S_ISDIR(est.st_mode):
-            yield from _walk_dir(Path(e.path), erel, cache, stats, groups, snap_dir, hash_files)
+            stats.folders += 1
+            yield WalkedFile(erel, "d", stat.S_IMODE(est.st_mode))
+            stack.append((erel, *_listing(Path(e.path))))
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1
@@ -173,13 +176,23 @@ def _walk_dir(
         yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files)
 
 
+def _listing(path: Path) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
+    """A folder's entries sorted by name, and their names."""
+    try:
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        entries = []
+    return iter(entries), {e.name for e in entries}
+
+
 def _file(
     path: Path,
     rel: str,
     st: os.stat_result,
     cache: HashCache,
     stats: WalkStats,
-    groups: dict[tuple[int, int], int],
+    groups: dict[tuple[int, int, bool], int],
     snap_dir: Path,
     hash_files: bool = True,
 ) -> WalkedFile:
@@ -187,7 +200,9 @@ def _file(
     mode = stat.S_IMODE(st.st_mode)
     group, first = None, True
     if st.st_nlink > 1:
-        key = (st.st_dev, st.st_ino)
+        # a group never joins a read-only folder of Agent/ to a writable one (the receiver
+        # refuses it): the other side's links are a group of their own
+        key = (st.st_dev, st.st_ino, read_only(rel))
         if key in groups:
             group, first = groups[key], False
         else:

@@ -1,0 +1,232 @@
+"""File-system steps that never follow a link and never recurse on depth.
+
+A stream may describe a tree of any depth its limits allow (a path of 4096
+bytes is 2048 folders), and what the receiver holds of an agent may change
+under it between ``--prepare`` and the receive (the agent itself may swap a
+folder of its Home for a symbolic link).  So:
+
+- ``rmtree`` removes a tree iteratively, one folder descriptor at a time,
+  climbing back through ``..`` only after checking it is the folder it came
+  from; it never follows a link and never raises.
+- ``open_under`` opens a file below a root folder component by component
+  (``O_NOFOLLOW | O_DIRECTORY``), so a link anywhere on the way fails.
+- ``take`` copies (or hard-links) such a file into place while hashing it,
+  and refuses when its SHA-256 is not the one expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+CHUNK = 1 << 20
+
+
+class Changed(Exception):
+    """Held content is not what it was: another SHA-256, not a file, or a link on the way."""
+
+
+# ---- removing -------------------------------------------------------------------------------
+def rmtree(path: str | os.PathLike[str]) -> bool:
+    """Remove ``path`` (a file, a link or a whole tree) without following links, at any
+    depth; what cannot be removed stays.  Never raises; True if ``path`` is gone."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(OSError):
+            _empty(p, st)
+        with contextlib.suppress(OSError):
+            os.rmdir(p)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(p)
+    return not os.path.lexists(p)
+
+
+def _empty(top: str, top_st: os.stat_result) -> None:
+    """Remove everything inside the folder ``top`` (iteratively, one descriptor)."""
+    fd = os.open(top, _DIR)
+    idents = [(top_st.st_dev, top_st.st_ino)]  # the folders from top down to fd's
+    names: list[str] = []  # their names, below top
+    failed: list[set[str]] = [set()]  # what could not go, per level
+    try:
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != idents[0]:
+            return
+        while True:
+            sub = _clear_files(fd, failed[-1])
+            if sub is not None:
+                try:
+                    cfd = os.open(sub, _DIR, dir_fd=fd)
+                except OSError:
+                    failed[-1].add(sub)
+                    continue
+                cst = os.fstat(cfd)
+                os.close(fd)
+                fd = cfd
+                idents.append((cst.st_dev, cst.st_ino))
+                names.append(sub)
+                failed.append(set())
+                continue
+            if not names:
+                return
+            name = names.pop()
+            idents.pop()
+            failed.pop()
+            pfd = os.open("..", _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = pfd
+            pst = os.fstat(fd)
+            if (pst.st_dev, pst.st_ino) != idents[-1]:
+                return  # the tree was moved meanwhile: stop rather than delete elsewhere
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                failed[-1].add(name)
+    finally:
+        os.close(fd)
+
+
+def _clear_files(fd: int, failed: set[str]) -> str | None:
+    """Unlink every non-folder in ``fd``; return the first folder left to clear, if any."""
+    with os.scandir(fd) as it:
+        for e in it:
+            if e.name in failed:
+                continue
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                return e.name
+            try:
+                os.unlink(e.name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                failed.add(e.name)
+    return None
+
+
+# ---- reading held content ------------------------------------------------------------------
+def open_parent(root: Path, rel: str) -> tuple[int, str]:
+    """The folder holding ``root/rel`` (opened without following a link below ``root``)
+    and the last name of ``rel``.  Raises OSError (ELOOP or ENOTDIR for a link)."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise OSError(errno.EINVAL, "not a plain relative path", rel)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nfd = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def open_under(root: Path, rel: str) -> int:
+    """Open the regular file ``root/rel`` for reading, following no link below ``root``."""
+    dfd, name = open_parent(root, rel)
+    try:
+        fd = os.open(name, _FILE, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", rel)
+    return fd
+
+
+def sha256_fd(fd: int) -> str:
+    h = hashlib.sha256()
+    pos = 0
+    while chunk := os.pread(fd, CHUNK, pos):
+        h.update(chunk)
+        pos += len(chunk)
+    return h.hexdigest()
+
+
+def _why(e: OSError) -> str:
+    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "a symbolic link or a file is now on the way to it"
+    if e.errno == errno.ENOENT:
+        return "it is gone"
+    if e.errno == errno.EINVAL:
+        return "it is no longer a regular file"
+    return f"it cannot be read ({e.strerror})"
+
+
+def take(
+    root: Path, rel: str, target: Path, sha: str, *, link: bool = False, verify: bool = True
+) -> None:
+    """Put the held file ``root/rel`` at ``target``, a copy (or, with ``link``, a hard link
+    when nothing else links it), checking while reading that its SHA-256 is ``sha``.
+
+    Raises :class:`Changed` (``target`` then does not exist) when it is not, or when the
+    file cannot be reached without following a link; OSError for ``target``'s side.
+    """
+    try:
+        dfd, name = open_parent(root, rel)
+    except OSError as e:
+        raise Changed(_why(e)) from None
+    try:
+        try:
+            fd = os.open(name, _FILE, dir_fd=dfd)
+        except OSError as e:
+            raise Changed(_why(e)) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Changed("it is no longer a regular file")
+            if link and st.st_nlink == 1:
+                os.link(name, target, src_dir_fd=dfd, follow_symlinks=False)
+                lt = os.lstat(target)
+                if (lt.st_dev, lt.st_ino) != (st.st_dev, st.st_ino) or (
+                    verify and sha256_fd(fd) != sha
+                ):
+                    os.unlink(target)
+                    raise Changed("it changed since the receiver was prepared")
+                return
+            _copy(fd, target, sha if verify else None)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dfd)
+
+
+def _copy(fd: int, target: Path, sha: str | None) -> None:
+    h = hashlib.sha256()
+    ok = False
+    out = os.open(
+        target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
+    try:
+        pos = 0
+        while chunk := os.pread(fd, CHUNK, pos):
+            if sha is not None:
+                h.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+            pos += len(chunk)
+        ok = sha is None or h.hexdigest() == sha
+    finally:
+        os.close(out)
+        if not ok:
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+    if not ok:
+        raise Changed("it changed since the receiver was prepared")

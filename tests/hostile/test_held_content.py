@@ -1,0 +1,92 @@
+"""Content the receiver holds (``d = false``) is read without following a link and hashed
+again as it is copied: swapped folders and changed files refuse the receive."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hostile_kit import Dest, dentry, fentry, records, roots, sha, tree
+
+REFUSED = 6
+KEEP = b"mine\n"  # Home/docs/keep.txt of the dest fixture, indexed at --prepare
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not the agent's\n"
+
+
+def _swap_for_link(folder: Path, outside: Path) -> None:
+    """What an agent can do from inside its sandbox after --prepare: its folder becomes a
+    link to somewhere else (here a folder outside HOME holding a file of the same name)."""
+    outside.mkdir()
+    (outside / "keep.txt").write_bytes(SECRET)
+    (outside / "old.md").write_bytes(SECRET)
+    os.rename(folder, folder.with_name(folder.name + "-moved"))
+    os.symlink(outside, folder)
+
+
+def test_a_home_folder_swapped_for_a_link_leaks_nothing(dest: Dest, tmp_path: Path) -> None:
+    _swap_for_link(dest.agent_root / "Home" / "docs", tmp_path / "outside")
+    dest.before = tree(dest.home)
+    data = dest.stream(records(dest.head(), [*roots(), fentry("Home/stolen", KEEP, carry=False)]))
+    msg = dest.refuse(data, REFUSED, r"content of Home/stolen .*symbolic link")
+    assert "keep.txt" in msg
+    assert not (dest.agent_root / "Home" / "stolen").exists()
+    assert sha(SECRET) not in {v[-1] for v in tree(dest.home).values()}
+
+
+def test_an_agent_folder_swapped_for_a_link_leaks_nothing(dest: Dest, tmp_path: Path) -> None:
+    """The old Agent/ is hard-linked from rather than copied: that path is guarded too."""
+    _swap_for_link(dest.agent_root / "Agent" / "memory", tmp_path / "outside")
+    dest.before = tree(dest.home)
+    data = dest.stream(
+        records(
+            dest.head(), [*roots(), fentry("Agent/memory/new.md", b"old memory\n", carry=False)]
+        )
+    )
+    dest.refuse(data, REFUSED, r"content of Agent/memory/new\.md .*symbolic link")
+    assert (tmp_path / "outside" / "old.md").stat().st_nlink == 1
+
+
+def test_a_held_file_that_changed_is_not_applied_under_its_old_sha(dest: Dest) -> None:
+    keep = dest.agent_root / "Home" / "docs" / "keep.txt"
+    keep.write_bytes(b"changed after --prepare\n")
+    dest.before = tree(dest.home)
+    data = dest.stream(records(dest.head(), [*roots(), fentry("Home/copy", KEEP, carry=False)]))
+    dest.refuse(data, REFUSED, r"content of Home/copy .*changed since the receiver was prepared")
+
+
+def test_a_held_file_that_changed_in_place_is_not_taken_as_unchanged(dest: Dest) -> None:
+    """The stream says Home/docs/keep.txt is as indexed; it is not any more: its old bytes
+    are nowhere, so the receive is refused (rather than the cache told the new bytes are
+    the old SHA-256)."""
+    keep = dest.agent_root / "Home" / "docs" / "keep.txt"
+    keep.write_bytes(b"changed after --prepare\n")
+    dest.before = tree(dest.home)
+    ents = [*roots(), dentry("Home/docs"), fentry("Home/docs/keep.txt", KEEP, carry=False)]
+    dest.refuse(dest.stream(records(dest.head(), ents)), REFUSED, "changed since")
+
+
+def test_a_held_file_replaced_by_a_fifo_is_refused(dest: Dest) -> None:
+    keep = dest.agent_root / "Home" / "docs" / "keep.txt"
+    keep.unlink()
+    os.mkfifo(keep)
+    dest.before = tree(dest.home)
+    data = dest.stream(records(dest.head(), [*roots(), fentry("Home/copy", KEEP, carry=False)]))
+    dest.refuse(data, REFUSED, "no longer a regular file")
+
+
+def test_held_content_still_saves_the_bytes_when_nothing_changed(dest: Dest) -> None:
+    ents = [
+        *roots(),
+        dentry("Home/docs"),
+        fentry("Home/docs/keep.txt", KEEP, carry=False),
+        fentry("Home/copy", KEEP, carry=False),
+        fentry("Agent/memory/old.md", b"old memory\n", carry=False),
+        fentry("Agent/memory/again.md", b"old memory\n", carry=False),
+    ]
+    dest.accept(dest.stream(records(dest.head(), ents)))
+    home = dest.agent_root / "Home"
+    assert (home / "copy").read_bytes() == KEEP
+    assert (home / "docs" / "keep.txt").read_bytes() == KEEP
+    memory = dest.agent_root / "Agent" / "memory"
+    assert (memory / "old.md").read_bytes() == (memory / "again.md").read_bytes() == b"old memory\n"
+    assert sha(KEEP) == sha((home / "copy").read_bytes())
