@@ -19,7 +19,6 @@ so every check and the atomic apply of a move are reused.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -39,6 +38,7 @@ from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.backup.writer import SnapshotWriter
 from lnk.errors import BackupError, FormatMismatch, LnkError, NotFound, Refused
 from lnk.payload import manifest as M
+from lnk.payload.agent_records import agent_head, export_lines
 from lnk.payload.walk import HashCache, WalkStats, walk_agent
 from lnk.transport.buckets import Bucket, open_bucket
 
@@ -225,8 +225,7 @@ def backup_agent(
                 f"({e.message}); set it with your own account: "
                 f"lnk bucket label {url}"
             )
-    grants = agent.folders.sandbox_toml.read_text() if agent.folders.sandbox_toml.exists() else ""
-    head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, "full")
+    head = agent_head(agent, "full")
     snap_dir = tempfile.mkdtemp(prefix="lnk-backup-")
     cache = HashCache(agent.runtime / "hashes.sqlite")
     chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
@@ -398,9 +397,8 @@ def _add_collections(w: Any, agent: Agent, report: BackupReport, chunks: ChunkCa
                 continue
             records = 0
             with tempfile.SpooledTemporaryFile(max_size=SPOOL) as f:
-                for rec in store.export(cid):
-                    f.write(json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode())
-                    f.write(b"\n")
+                for _rec, line in export_lines(store, cid):
+                    f.write(line)
                     records += 1
                 size = f.tell()
                 f.seek(0)
