@@ -198,7 +198,7 @@ def state_receive(
         phase = "final" if r.bulk.is_dir() else "bulk"
         rep = receive(
             m,
-            receiver,
+            r,
             _faulty(sys.stdin.buffer, f"receive:mid-{phase}"),
             store=store,
             progress=bar.update,

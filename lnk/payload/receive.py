@@ -106,14 +106,16 @@ def _settings_here(
 
 def receive(
     machine: Machine,
-    rid: str,
+    receiver: Receiver | str,
     inp: BinaryIO,
     *,
     store: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ReceiveReport:
+    """Apply the sealed stream ``inp`` through ``receiver`` (opened by the caller once,
+    or named by its ID)."""
     commit.finish_pending(machine)
-    r = open_receiver(machine, rid)
+    r = receiver if isinstance(receiver, Receiver) else open_receiver(machine, receiver)
     reader = StreamReader(inp, r.key())
     return _receive(machine, r, reader, lambda: reader.stream_id.hex(), store, progress)
 
