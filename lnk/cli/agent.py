@@ -180,6 +180,9 @@ def status(agent_name: str | None, as_json: bool) -> None:
         )
     if st.get("problem"):
         out(f"problem: {st['problem']}")
+    if st.get("refused"):  # the agent's proxy's last refusal
+        r = st["refused"]
+        out(f"refused: {r.get('host')}:{r.get('port')} at {r.get('at')} ({r.get('why')})")
 
 
 def _status_anywhere(m: Machine, name: str | None) -> dict[str, Any]:
