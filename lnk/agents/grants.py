@@ -359,8 +359,7 @@ def change(spec: Spec, flag: str, value: str, *, allow: bool) -> str:
         h = str(checked).lstrip("!")
         current = [x for x in current if x.lstrip("!") != h]
         if allow:
-            if host_listed(current, h) is not True:
-                current.append(h)
+            current.append(h)
         elif host_listed(current, h) is not None:
             current.append("!" + h)  # still matched by a wider entry: deny it by name
     elif allow:

@@ -565,3 +565,26 @@ def last_refusal(runtime: Path) -> dict[str, object] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lnk.runtime.proxy SOCKET GRANTS [RUNTIME]``: a proxy alone, until SIGTERM."""
+    import signal
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (2, 3):
+        print("usage: python -m lnk.runtime.proxy SOCKET GRANTS [RUNTIME]", file=sys.stderr)
+        return 2
+    proxy = AgentProxy(Path(args[0]), Path(args[1]), runtime=Path(args[2]) if args[2:] else None)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    proxy.start()
+    _print_log(f"lnk proxy: listening on {args[0]}")
+    done.wait()
+    proxy.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

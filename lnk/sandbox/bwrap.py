@@ -140,7 +140,8 @@ def _hidden(agent: Agent) -> list[str]:
 def _refuse_path(agent: Agent, flag: str, given: str, why: str) -> Refused:
     return Refused(
         f"the agent {agent.name}'s grant --{flag} {given} {why}",
-        hint=f"take it back: lnk agent deny --agent {agent.name} --{flag} {given}",
+        hint="a grant never shows what the sandbox hides; if the agent's file holds it, "
+        f"take it out: lnk agent deny --agent {agent.name} --{flag} {given}",
     )
 
 
@@ -171,15 +172,17 @@ def file_grants(
             else:
                 path = os.path.join(agent.folders.home, given)
             real = os.path.realpath(path)
-            if not os.path.exists(real):
-                raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
             in_home = _under(real, [home])
             if not given.startswith(("~", "/")) and not in_home:
                 raise _refuse_path(agent, flag, given, "leads out of the agent's Home")
             if real == "/" or _under(real, list(SYSTEM_ONLY)):
                 raise _refuse_path(agent, flag, given, "names a system folder the sandbox makes")
             if not in_home and _under(real, hidden):
-                raise _refuse_path(agent, flag, given, "is under what the sandbox hides")
+                raise _refuse_path(
+                    agent, flag, given, "is under what the sandbox hides (~/.ssh, ~/.config, ...)"
+                )
+            if not os.path.exists(real):
+                raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
             dest = path if given.startswith(("~", "/")) else real
             (inside if in_home else outside).extend([opt, real, dest])
             for h in hidden:
