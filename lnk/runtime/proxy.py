@@ -122,7 +122,7 @@ def classify(ip: Address, own: set[Address]) -> str:
 class Decision:
     allowed: bool
     why: str
-    addr: AddrInfo | None = None
+    addrs: tuple[AddrInfo, ...] = ()  # the checked addresses to connect to, in order
 
 
 class Policy:
@@ -150,7 +150,7 @@ class Policy:
             return Decision(False, "not a host and port")
         if self.spec.mode == "host":
             addrs = _resolve(h, port)
-            return Decision(True, "network mode host", addrs[0]) if addrs else _unresolved(h)
+            return Decision(True, "network mode host", tuple(addrs)) if addrs else _unresolved(h)
         listed = host_listed(self.spec.hosts, h)
         if listed is False:
             return Decision(False, f"{h} is denied by the agent's [internet] hosts")
@@ -169,27 +169,32 @@ class Policy:
         if not addrs:
             return _unresolved(h)
         why = ""
+        ok: list[AddrInfo] = []
         for fam, sa in addrs:
             ip = ipaddress.ip_address(sa[0].split("%")[0])
             kind = classify(ip, self.own)
             if kind == "own":
                 if port in self.ports or (std and self._lan_covers(h, ip)):
-                    return Decision(True, f"this machine's port {port} (--port)", (fam, sa))
+                    ok.append((fam, sa))
+                    continue
                 why = why or (
                     f"{h} is this machine ({ip}); its port {port} is not granted (--port {port})"
                 )
             elif kind == "private":
                 if std and self._lan_covers(h, ip):
-                    return Decision(True, "a granted LAN host", (fam, sa))
+                    ok.append((fam, sa))
+                    continue
                 why = why or f"{h} is on a private network ({ip}), not granted (--lan-host {h})"
             elif not std:
                 why = why or (
                     f"port {port} of {h} is not granted: names reach 80 and 443 (--tcp {h}:{port})"
                 )
             elif listed or named_tcp:
-                return Decision(True, "allowed", (fam, sa))
+                ok.append((fam, sa))
             else:
                 why = why or f"{h} is not on the agent's [internet] hosts (--host {h})"
+        if ok:
+            return Decision(True, "allowed", tuple(ok))
         return Decision(False, why)
 
 
@@ -424,18 +429,22 @@ class AgentProxy:
 
     def _dial(self, client: socket.socket, what: str, host: str, port: int) -> socket.socket | None:
         d = self.policy().decide(host, port)
-        if not d.allowed or d.addr is None:
+        if not d.allowed or not d.addrs:
             self._refuse(client, what, d.why, host, port)
             return None
-        fam, sa = d.addr
-        up = socket.socket(fam, socket.SOCK_STREAM)
-        up.settimeout(CONNECT_TIMEOUT_S)
-        try:
-            up.connect(sa)
-        except OSError as e:
-            up.close()
-            self._log(f"lnk proxy: {what} -> {sa[0]} failed: {e}")
-            _answer(client, 502, "Bad Gateway", f"{host}:{port} could not be reached: {e}")
+        err: OSError | None = None
+        for fam, sa in d.addrs:
+            up = socket.socket(fam, socket.SOCK_STREAM)
+            up.settimeout(CONNECT_TIMEOUT_S)
+            try:
+                up.connect(sa)
+                break
+            except OSError as e:
+                up.close()
+                err = e
+        else:
+            self._log(f"lnk proxy: {what} failed: {err}")
+            _answer(client, 502, "Bad Gateway", f"{host}:{port} could not be reached: {err}")
             return None
         up.settimeout(None)
         up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -159,8 +159,8 @@ def file_grants(
     """
     home = os.path.realpath(agent.folders.home)
     hidden = _hidden(agent)
-    outside: list[str] = []
-    inside: list[str] = []
+    outside_binds: list[tuple[str, str, str]] = []
+    inside_binds: list[tuple[str, str, str]] = []
     covers: list[str] = []
     for flag, paths in (("read", read), ("write", write)):
         opt = "--ro-bind" if flag == "read" else "--bind"
@@ -184,13 +184,20 @@ def file_grants(
             if not os.path.exists(real):
                 raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
             dest = path if given.startswith(("~", "/")) else real
-            (inside if in_home else outside).extend([opt, real, dest])
+            (inside_binds if in_home else outside_binds).append((opt, real, dest))
             for h in hidden:
                 if _under(h, [real]) and h != real and os.path.isdir(h) and h not in covers:
                     covers.append(h)
     cover_args: list[str] = []
     for h in covers:
         cover_args += ["--tmpfs", h]
+    # a folder before what's in it, so a grant inside a wider one holds (sorted is stable:
+    # of one path, the --write, given after the --read, wins)
+    outside: list[str] = []
+    inside: list[str] = []
+    for binds, args in ((outside_binds, outside), (inside_binds, inside)):
+        for opt, real, dest in sorted(binds, key=lambda b: len(Path(b[2]).parts)):
+            args += [opt, real, dest]
     return outside, cover_args, inside
 
 
