@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 
 from lnk.agents.grants import Spec, host_listed, norm_host, read_spec
 from lnk.errors import LnkError, PortsUnavailable
+from lnk.sandbox.relay import pump
 
 SOCKET_NAME = "proxy.sock"
 MODEL_PREFIX = "/.lnk/model"
@@ -219,21 +220,8 @@ def _resolve(host: str, port: int) -> list[AddrInfo]:
 
 
 def _pump(src: socket.socket, dst: socket.socket, counter: list[int], idx: int) -> None:
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    try:
-        while True:
-            n = src.recv_into(buf)
-            if n == 0:
-                break
-            dst.sendall(view[:n])
-            counter[idx] += n
-    except (OSError, ValueError):
-        pass
-    finally:
-        if not isinstance(dst, ssl.SSLSocket):  # TLS has no half-close
-            with contextlib.suppress(OSError, ValueError):
-                dst.shutdown(socket.SHUT_WR)
+    # TLS has no half-close: an SSL socket is never shut for writing
+    pump(src, dst, counter, idx, half_close=not isinstance(dst, ssl.SSLSocket))
 
 
 def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:

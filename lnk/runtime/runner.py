@@ -200,6 +200,7 @@ class Runner:
         # first in the sandbox: the relay to the agent's proxy, then the harness
         relay = [
             sys.executable,
+            "-S",  # no site: the relay needs the standard library and lnk (PYTHONPATH) alone
             "-m",
             "lnk.sandbox.inrelay",
             str(proxy_port(self.agent)),
