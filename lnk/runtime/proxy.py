@@ -382,6 +382,11 @@ class AgentProxy:
                 self._model(client, method, target[len(MODEL_PREFIX) :], header_lines, rest)
             elif target.lower().startswith("http://"):
                 u = urlsplit(target)
+                try:
+                    port = u.port or 80
+                except ValueError:
+                    _answer(client, 400, "Bad Request", "not a port")
+                    return
                 path = (u.path or "/") + (f"?{u.query}" if u.query else "")
                 kept = [
                     h
@@ -391,7 +396,7 @@ class AgentProxy:
                 ]
                 out = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close"])
                 self._tunnel(
-                    client, method, u.hostname or "", u.port or 80, rest, head=out.encode("latin-1")
+                    client, method, u.hostname or "", port, rest, head=out.encode("latin-1")
                 )
             else:
                 _answer(client, 400, "Bad Request", "this is the agent's proxy: use it as a proxy")

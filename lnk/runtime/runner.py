@@ -80,10 +80,12 @@ def proxy_port(agent: registry.Agent) -> int:
 
 def check_grants(agent: registry.Agent) -> Spec:
     """The agent's grants, or Refused naming what its sandbox can't enforce."""
+    if not agent.settings.sandbox:
+        return Spec()  # unsandboxed: nothing of the file holds, as before
     path = agent.folders.sandbox_toml
     spec = read_spec(path)
     bad = unenforceable(spec)
-    if bad and agent.settings.sandbox:
+    if bad:
         raise Refused(
             f"the agent {agent.name}'s {path} has {', '.join(bad)}, which this machine's "
             "sandbox can't enforce",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +180,17 @@ def test_network_mode_host_shares_the_network(home: Path) -> None:
     assert "host" in lnk("agent", "show", "--permissions", "--json").json()["network"]
     assert lnk("agent", "deny", "--network-mode", "host").code == 0
     assert lnk("agent", "show", "--permissions", "--json").json()["network"] == "proxy"
+
+
+def test_network_mode_host_keeps_the_key_outside(
+    start_agent: Any, provider: Provider, test_ca: CA
+) -> None:
+    a = _agent(provider)
+    assert lnk("agent", "allow", "--network-mode", "host").code == 0
+    r = start_agent(agent=a, env={"SSL_CERT_FILE": str(test_ca.ca_pem), "LNK_T_KEY": REAL_KEY})
+    assert client.send_message(r.port, r.key, "link:main", "ping", timeout=60) == "heard ping"
+    assert provider.requests[-1]["auth"] == f"Bearer {REAL_KEY}"
+    pid = _harness_pid(r)
+    assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert REAL_KEY.encode() not in environ and b"HTTPS_PROXY" not in environ

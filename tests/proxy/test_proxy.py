@@ -197,3 +197,33 @@ def test_the_sandbox_reaches_only_what_its_grants_name(
     assert connect_through(px.net / "proxy.sock", f"svc.test:{p1}", b"again") == (
         f"port {p1}: again".encode()
     )
+
+
+def test_plain_http_is_sent_on_in_origin_form(
+    public: Public, proxy_process: Callable[..., ProxyProcess], tmp_path: Path
+) -> None:
+    import socket
+
+    g = tmp_path / "sandbox.toml"
+    p0 = public.ports[0]
+    grants.write_spec(g, spec(hosts=["svc.test"], tcp=[f"svc.test:{p0}"]))
+    px = proxy_process(g, {"svc.test": public.address, "evil.test": public.address})
+
+    def ask(url: str) -> bytes:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(20)
+        s.connect(str(px.net / "proxy.sock"))
+        s.sendall(f"GET {url} HTTP/1.1\r\nHost: x\r\nProxy-Connection: keep-alive\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        s.close()
+        return data
+
+    # the echo server shows what reached it: the request in origin form, the proxy's headers gone
+    got = ask(f"http://svc.test:{p0}/a?b=1")
+    assert got.startswith(f"port {p0}: GET /a?b=1 HTTP/1.1\r\n".encode()), got
+    assert b"Proxy-Connection" not in got and b"Connection: close" in got
+    assert ask(f"http://evil.test:{p0}/").startswith(b"HTTP/1.1 403")
+    assert ask("http://svc.test:bad/").startswith(b"HTTP/1.1 400")
+    assert f"allowed GET svc.test:{p0}" in px.log and f"refused GET evil.test:{p0}" in px.log
