@@ -4,9 +4,10 @@
 
 * latency: a GET of a small body from a loopback HTTP server, a new
   connection each (the proxy closes after each request), direct vs through
-  the sandbox's path: the relay's loopback port (the code the sandbox runs,
-  :class:`TcpToUnixRelay`) -> the agent's unix socket -> the proxy -> the
-  server.  Median and p90 over N, and the median added.
+  the sandbox's path: the relay's loopback port (``lnk.sandbox.inrelay``, the
+  sandbox's first process) -> the agent's unix socket -> the proxy
+  (``python -m lnk.runtime.proxy``) -> the server, each a process of its own
+  as when an agent runs.  Median and p90 over N, and the median added.
 * throughput: a 100 MiB download, direct vs through, best of 3.
 * cold start: the runner launched -> first answer, for a sandboxed agent (its
   proxy started too), with the offline model and with an OpenAI-compatible
@@ -24,17 +25,18 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 BIG = 100 << 20
+SLEEP = ("--", "sleep", "3600")  # the relay's "harness"
 BLOCK = bytes(1 << 20)
 
 
@@ -135,7 +137,18 @@ def cold_start(model: str, server_port: int, tree: str | None = None) -> float:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def serve(mib: int) -> int:
+    Handler.mib = mib
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--serve"]:
+        return serve(int(sys.argv[2]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=200, help="requests for the latency (default 200)")
     ap.add_argument("--mib", type=int, default=100, help="download size (default 100 MiB)")
@@ -147,25 +160,44 @@ def main() -> int:
         "(offline model, no proxy) is measured interleaved with ours, as the peer",
     )
     args = ap.parse_args()
-    Handler.mib = args.mib
 
     from lnk.agents import grants
-    from lnk.runtime.proxy import AgentProxy
-    from lnk.sandbox.relay import TcpToUnixRelay
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sport = server.server_address[1]
-
+    # each part in a process of its own, as they run: the server; the agent's proxy (in the
+    # runner); the relay (the sandbox's first process), here with `sleep` for a harness
     work = Path(tempfile.mkdtemp(prefix="lnk-bench-proxy-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    srv = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(args.mib)], stdout=subprocess.PIPE
+    )
+    procs.append(srv)
+    assert srv.stdout is not None
+    sport = int(srv.stdout.readline())
     g = work / "sandbox.toml"
     grants.write_spec(g, grants.Spec(ports=[sport]))
-    proxy = AgentProxy(work / "proxy.sock", g, log=lambda m: None)
-    proxy.start()
-    relay = TcpToUnixRelay(0, work / "proxy.sock")
-    relay.start()
-    rport = relay.port
+    sock = work / "proxy.sock"
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "lnk.runtime.proxy", str(sock), str(g)],
+            stdout=subprocess.DEVNULL,
+        )
+    )
+    while not sock.exists():
+        time.sleep(0.01)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        rport = probe.getsockname()[1]
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-S", "-m", "lnk.sandbox.inrelay", str(rport), str(sock), *SLEEP]
+        )
+    )
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", rport), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.01)
     try:
         for _ in range(20):  # warm up both paths
             get(sport, "/", False, sport)
@@ -186,9 +218,9 @@ def main() -> int:
                 runs["peer"].append(cold_start("offline", sport, args.peer))
         colds = {m: statistics.median(v) for m, v in runs.items() if v}
     finally:
-        relay.stop()
-        proxy.stop()
-        server.shutdown()
+        for p in procs:
+            p.terminate()
+            p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
     def p90(xs: list[float]) -> float:

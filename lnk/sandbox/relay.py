@@ -76,7 +76,13 @@ def pump(
     carried are added to ``counter[idx]``.
     """
     try:
-        if hasattr(os, "splice") and type(src) is socket.socket and type(dst) is socket.socket:
+        if (
+            hasattr(os, "splice")
+            and type(src) is socket.socket
+            and type(dst) is socket.socket
+            and src.gettimeout() is None  # splice needs blocking sockets
+            and dst.gettimeout() is None
+        ):
             _splice(src, dst, counter, idx)
         else:
             _copy(src, dst, counter, idx)

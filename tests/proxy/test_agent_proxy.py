@@ -194,3 +194,21 @@ def test_network_mode_host_keeps_the_key_outside(
     assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
     environ = Path(f"/proc/{pid}/environ").read_bytes()
     assert REAL_KEY.encode() not in environ and b"HTTPS_PROXY" not in environ
+
+
+def test_a_host_not_on_the_list_is_refused_in_the_log_and_status(start_agent: Any) -> None:
+    model = ModelSettings(provider="openai", base_url="https://203.0.113.9/v1", name="m")
+    a = registry.create(Machine.current(), "main", model=model)
+    assert lnk("agent", "deny", "--host", "*").code == 0
+    assert lnk("agent", "allow", "--host", "api.example.com").code == 0
+    r = start_agent(agent=a)
+    with pytest.raises(LnkError) as ei:
+        client.send_message(r.port, r.key, "link:main", "ping", timeout=60)
+    assert "403" in ei.value.message
+    why = "203.0.113.9 is not on the agent's [internet] hosts (--host 203.0.113.9)"
+    assert why in ei.value.message
+    log = (a.runtime / "harness.log").read_text()
+    assert f"lnk proxy: refused model POST 203.0.113.9:443/v1/chat/completions: {why}" in log
+    st = lnk("agent", "status", "--json").json()
+    assert st["refused"]["host"] == "203.0.113.9" and st["refused"]["port"] == 443
+    assert why in lnk("agent", "status").out
