@@ -38,8 +38,16 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    from lnk.errors import LnkError
+
     relay = TcpToUnixRelay(int(args[0]), Path(args[1]), max_connections=128)
-    relay.start()
+    try:
+        relay.start()
+    except LnkError as e:
+        print(f"lnk relay: error: {e.message}", file=sys.stderr, flush=True)
+        forward(signal.SIGTERM, None)
+        os.waitpid(child, 0)
+        return 1
     while True:
         try:
             _, status = os.waitpid(child, 0)

@@ -212,3 +212,31 @@ def test_a_host_not_on_the_list_is_refused_in_the_log_and_status(start_agent: An
     st = lnk("agent", "status", "--json").json()
     assert st["refused"]["host"] == "203.0.113.9" and st["refused"]["port"] == 443
     assert why in lnk("agent", "status").out
+
+
+def test_secret_set_keeps_the_key_outside_and_refuses_what_is_not_one(home: Path) -> None:
+    a = registry.create(Machine.current(), "main")
+    p = lnk(
+        "agent",
+        "secret",
+        "set",
+        "OPENAI_API_KEY",
+        "--from-env",
+        "LNK_T_SRC",
+        env={"LNK_T_SRC": REAL_KEY},
+    )
+    assert p.code == 0, p.err
+    f = home / ".config" / "lnk" / "secrets" / f"{a.id}.toml"
+    assert REAL_KEY in f.read_text() and f.stat().st_mode & 0o777 == 0o600
+    assert (f.parent.stat().st_mode & 0o777) == 0o700
+    assert REAL_KEY not in p.out + p.err
+    for args, why in (
+        (("BAD-NAME",), "not a secret's name"),
+        (("K", "--from-env", "LNK_T_UNSET"), "LNK_T_UNSET is not set"),
+        (("K",), "empty"),
+    ):
+        q = lnk("agent", "secret", "set", *args, input="")
+        assert q.code != 0 and q.err.startswith("lnk: error: ") and why in q.err, q.err
+    # the sandbox shows nothing of ~/.config
+    argv = bwrap_argv(a, ["/bin/sh", "-c", f"test -e {f}"], bwrap=check_bwrap(), runtime=False)
+    assert subprocess.run(argv, timeout=60).returncode == 1
