@@ -225,6 +225,14 @@ def start_hosts(root: Path, tag: str = "") -> Hosts:
     return hosts
 
 
+def _pythonpath() -> str:
+    """The lnk under test runs on the hosts too (a worktree's PYTHONPATH, not the install)."""
+    value = os.environ.get("PYTHONPATH", "")
+    if not value or any(c.isspace() or c == '"' for c in value):
+        return ""
+    return f" PYTHONPATH={value}"
+
+
 def _make_host(hosts: Hosts, name: str, pid: str, n: int, last: int, client_key: Path) -> Host:
     letter = name[-1].lower()
     netns = f"{PREFIX}{pid}{letter}"
@@ -268,7 +276,7 @@ def _make_host(hosts: Hosts, name: str, pid: str, n: int, last: int, client_key:
                 "StrictModes no",  # keys under /tmp would fail the ownership checks
                 "PrintMotd no",
                 "X11Forwarding no",
-                f"SetEnv HOME={host.home} PATH={path} LNK_TESTING=1",
+                f"SetEnv HOME={host.home} PATH={path} LNK_TESTING=1{_pythonpath()}",
                 "AcceptEnv LNK_FAULT",
                 "",
             ]

@@ -50,9 +50,35 @@ def refuse_if_moved(machine: Machine, name: str) -> None:
         )
 
 
+def lives_elsewhere(machine: Machine, agent_id: str) -> str | None:
+    """Where this machine knows the agent with this ID lives, when it is not here.
+
+    Its note, if it moved away from here; else ``~/.lnk/locations.json``, if this
+    computer moved it to a box.  None when this machine knows of no other place.
+    """
+    try:
+        note = json.loads((notes_dir(machine) / f"{agent_id}.json").read_text())
+    except (OSError, ValueError):
+        note = None
+    if isinstance(note, dict):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(note.get("at", 0)))
+        return f"it moved to {note.get('to')} on {when}"
+    try:
+        locs = json.loads((machine.state_dir / "locations.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(locs, dict):
+        for loc in locs.values():
+            if isinstance(loc, dict) and loc.get("id") == agent_id:
+                return f"it lives on box {loc.get('place')}, moved there from here"
+    return None
+
+
 def purge_expired(machine: Machine, now: float | None = None) -> list[str]:
     """Delete moved agents' kept folders whose time is up."""
-    now = time.time() if now is None else now
+    from lnk.agents.machine import now as clock
+
+    now = clock() if now is None else now
     gone: list[str] = []
     d = notes_dir(machine)
     if not d.is_dir():

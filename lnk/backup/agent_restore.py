@@ -24,11 +24,14 @@ from typing import Any
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
+from lnk.agents.moved import lives_elsewhere
+from lnk.agents.settings import check_name, new_agent_id
 from lnk.backup import agent as A
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
 from lnk.payload import manifest as M
+from lnk.transport import boxes
 from lnk.transport.buckets import Bucket, open_bucket
 
 OLD_AGENT_DIRS = ("instructions", "skills", "memory", "schedule")
@@ -46,6 +49,8 @@ class RestoreReport:
     collections: int = 0
     dropped_grants: list[str] = field(default_factory=list)
     kept_aside: str | None = None
+    kept_here: list[dict[str, str]] = field(default_factory=list)  # lnk.agents.policy
+    unanswered_boxes: list[str] = field(default_factory=list)  # not asked whether it lives there
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,9 +63,15 @@ def restore_agent(
     *,
     snapshot: str | None = None,
     force: bool = False,
+    as_name: str | None = None,
     bucket: Bucket | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RestoreReport:
+    """Restore the agent ``name``; with ``as_name``, as a separate agent with a new ID.
+
+    An agent has one copy: a restore of one whose ID lives elsewhere (it moved
+    away, this computer moved it to a box, or a box holds it) is refused.
+    """
     from lnk.backup import agent_keys
     from lnk.payload.receive import receive_records
 
@@ -80,6 +91,11 @@ def restore_agent(
                 f"snapshot {info.id} holds the agent {head.name!r}, not {name!r}",
                 hint=f"lnk agent restore {head.name} --from {url} --snapshot {info.id}",
             )
+        unanswered: list[str] = []
+        if as_name is not None:
+            head = _as_new_agent(parts.head, as_name)
+        else:
+            unanswered = _refuse_if_elsewhere(machine, head, url)
         kept = _make_room(machine, head, force)
         if layout == 2:
             records = A.records_layout2(reader, parts, progress)
@@ -101,7 +117,41 @@ def restore_agent(
         rep.collections,
         rep.dropped_grants,
         str(kept) if kept else None,
+        rep.kept_here,
+        unanswered,
     )
+
+
+def _as_new_agent(raw_head: dict[str, Any], as_name: str) -> M.Head:
+    """The snapshot's HEAD as a separate agent: a new ID and the name ``as_name``."""
+    check_name(as_name)
+    raw_head["agent"] = dict(raw_head["agent"], id=new_agent_id(), name=as_name)
+    return M.Head.from_json(raw_head)
+
+
+def _refuse_if_elsewhere(machine: Machine, head: M.Head, url: str) -> list[str]:
+    """Refuse to make a second copy of an agent that lives elsewhere; returns the boxes
+    that did not answer (so could not say whether it lives there)."""
+    if registry.find_by_id(machine, head.agent_id) is not None:
+        return []  # it lives here: _make_room decides
+    where = lives_elsewhere(machine, head.agent_id)
+    unanswered: list[str] = []
+    if where is None:
+        for b in boxes.agents_on_boxes():
+            if b.agents is None:
+                unanswered.append(b.box)
+            elif any(r.get("id") == head.agent_id for r in b.agents):
+                where = f"it lives on box {b.box}"
+                break
+    if where is not None:
+        raise AlreadyExists(
+            f"{head.name} ({head.agent_id}) is not restored here: {where}, and an agent "
+            "has one copy. Bring it here with: lnk agent move --here --agent "
+            f"{head.name}",
+            hint=f"or restore a separate agent with a new ID: lnk agent restore {head.name} "
+            f"--from {url} --as NEWNAME",
+        )
+    return unanswered
 
 
 def _make_room(machine: Machine, head: M.Head, force: bool) -> Path | None:

@@ -11,7 +11,7 @@ import click
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.cli.output import emit_json, out, say, table
-from lnk.errors import LnkError, UsageError
+from lnk.errors import UsageError
 from lnk.runtime import service
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,23 +61,19 @@ def create(name: str, store: str, as_json: bool) -> None:
 
 
 @agent.command("list")
+@click.option("--here", "here_only", is_flag=True, help="only this machine's agents: ask no box")
 @json_option
-def list_(as_json: bool) -> None:
-    """List the agents on this machine."""
-    from lnk.move.journal import locations
+def list_(here_only: bool, as_json: bool) -> None:
+    """List the agents here and on every box (naming the boxes that did not answer)."""
+    from lnk.move.where import list_everywhere
 
-    m = _machine()
-    rows = [
-        service.status(a, ask=False) | {"folder": str(a.folders.root), "place": "here"}
-        for a in registry.list_agents(m)
-    ]
-    rows += [
-        {"name": name, "id": loc["id"], "place": loc["place"], "state": f"on box {loc['place']}"}
-        for name, loc in sorted(locations(m).items())
-    ]
+    found = list_everywhere(_machine(), ask_boxes=not here_only)
+    rows = found["agents"]
     if as_json:
-        emit_json(rows)
+        emit_json(found)
         return
+    for b in found["unanswered"]:
+        say(f"box {b['box']} did not answer: {b['error']}")
     if not rows:
         say("no agents here yet: lnk agent create NAME")
         return
@@ -111,42 +107,15 @@ def list_(as_json: bool) -> None:
 )
 @json_option
 def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
-    """Start the agent's harness in the background."""
-    m = _machine()
-    _finish_moves(m, agent_name)
-    a = registry.find(m, agent_name)
-    (a.runtime / "paused.json").unlink(missing_ok=True)
-    for note in service.prepare_start(a, sandbox):
-        say(note)
-    st = service.start(a)
+    """Start the agent's harness in the background (finishing a move it is in first)."""
+    from lnk.move.start import start_agent
+
+    st = start_agent(_machine(), agent_name, sandbox, say)
     if as_json:
         emit_json(st)
     else:
-        say(f"{a.name} is running at {st['endpoint']}{'' if st['sandboxed'] else ' (no sandbox)'}")
-
-
-def _finish_moves(m: Machine, name: str | None) -> None:
-    """A start finishes the agent's unfinished moves first, and refuses one that moved away."""
-    from lnk.agents.moved import refuse_if_moved
-    from lnk.move import journal
-    from lnk.move.move import finish_all, where_is
-
-    if not journal.entries(m) and name is not None and not m.settings_file(name).exists():
-        refuse_if_moved(m, name)
-        return
-    try:
-        _, agent_id, _ = where_is(m, name)
-    except LnkError:
-        if name is not None:
-            refuse_if_moved(m, name)
-        raise
-    finish_all(m, say, agent_id)
-    if name is not None and not m.settings_file(name).exists():
-        refuse_if_moved(m, name)
-        _, _, place = where_is(m, name)
-        raise UsageError(
-            f"{name} is on the box {place}, not here",
-            hint=f"lnk box run {place} -- lnk agent start --agent {name}",
+        say(
+            f"{st['name']} is running at {st['endpoint']}{'' if st['sandboxed'] else ' (no sandbox)'}"
         )
 
 
@@ -166,8 +135,9 @@ def stop(agent_name: str | None) -> None:
 @json_option
 def status(agent_name: str | None, as_json: bool) -> None:
     """Whether the agent runs, its ID, owner, endpoint and sandbox."""
-    m = _machine()
-    st = _status_anywhere(m, agent_name)
+    from lnk.move.where import status_anywhere
+
+    st = status_anywhere(_machine(), agent_name)
     if as_json:
         emit_json(st)
         return
@@ -183,22 +153,6 @@ def status(agent_name: str | None, as_json: bool) -> None:
     if st.get("refused"):  # the agent's proxy's last refusal
         r = st["refused"]
         out(f"refused: {r.get('host')}:{r.get('port')} at {r.get('at')} ({r.get('why')})")
-
-
-def _status_anywhere(m: Machine, name: str | None) -> dict[str, Any]:
-    """Status here, or through the box the agent moved to (its own lnk answers)."""
-    import json as _json
-
-    from lnk.move.journal import locations
-
-    locs = locations(m)
-    if name is not None and name in locs and not m.settings_file(name).exists():
-        from lnk.move.move import place_leg
-
-        leg = place_leg(m, locs[name]["place"])
-        st = _json.loads(leg.run(["agent", "status", "--agent", name, "--json"]).stdout)
-        return dict(st) | {"place": locs[name]["place"]}
-    return service.status(registry.find(m, name)) | {"place": "here"}
 
 
 @agent.command()
@@ -268,10 +222,9 @@ def send(
     """Send TEXT to the agent and print its answer (held while the agent moves)."""
     from lnk.move.held import chat as chat_send
 
-    m = _machine()
     full = thread if thread.startswith("link:") else f"link:{thread}"
-    answer = chat_send(m, agent_name, full, text, message_id, say)
+    r = chat_send(_machine(), agent_name, full, text, message_id, say)
     if as_json:
-        emit_json({"agent": agent_name, "thread": full, "answer": answer})
-    else:
-        out(answer)
+        emit_json(r.to_json())
+    elif r.answer is not None:
+        out(r.answer)

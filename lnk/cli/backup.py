@@ -210,15 +210,30 @@ def prune_(url: str, keep: str, dry_run: bool, as_json: bool) -> None:
 @click.option("--from", "url", metavar="URL", required=True)
 @click.option("--snapshot", metavar="ID", default=None, help="default: the newest of NAME")
 @click.option("--force", is_flag=True, help="overwrite the agent if it lives here")
+@click.option(
+    "--as",
+    "as_name",
+    metavar="NEWNAME",
+    default=None,
+    help="restore it as a separate agent NEWNAME, with a new ID",
+)
 @json_option
-def restore(name: str, url: str, snapshot: str | None, force: bool, as_json: bool) -> None:
-    """Put the agent NAME back from a backup."""
+def restore(
+    name: str, url: str, snapshot: str | None, force: bool, as_name: str | None, as_json: bool
+) -> None:
+    """Put the agent NAME back from a backup (refused if it lives elsewhere)."""
     from lnk.backup.agent_restore import restore_agent
 
     bar = progress_bar(None, desc=f"restoring {name}")
     try:
         rep = restore_agent(
-            _machine(), name, url, snapshot=snapshot, force=force, progress=bar.update
+            _machine(),
+            name,
+            url,
+            snapshot=snapshot,
+            force=force,
+            as_name=as_name,
+            progress=bar.update,
         )
     finally:
         bar.close()
@@ -232,8 +247,12 @@ def restore(name: str, url: str, snapshot: str | None, force: bool, as_json: boo
     )
     if rep.kept_aside:
         say(f"the agent that was here is kept in {rep.kept_aside}")
-    for g in rep.dropped_grants:
-        say(f"grant not restored (give it here with lnk agent allow): {g}")
+    for box in rep.unanswered_boxes:
+        say(f"box {box} did not answer, so it was not asked whether {rep.agent} lives there")
+    from lnk.agents.policy import kept_lines
+
+    for line in kept_lines(rep.kept_here, rep.dropped_grants, rep.agent):
+        say(line)
 
 
 # ---- top-level: lnk bucket, lnk backup ------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from typing import NoReturn
@@ -9,13 +10,22 @@ from typing import NoReturn
 import click
 
 from lnk import __version__
-from lnk.errors import Interrupted, LnkError
+from lnk.errors import Interrupted, LnkError, UsageError
+
+_ERRORS = {"mode": "text"}
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lnk")
-def cli() -> None:
+@click.option(
+    "--errors",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="how a failure is told on stderr: words, or one JSON line for a program (a mover)",
+)
+def cli(errors: str) -> None:
     """lnk: carry AI agents' state between machines and into and out of buckets."""
+    _ERRORS["mode"] = errors
 
 
 def _register() -> None:
@@ -35,14 +45,43 @@ def _on_signal(signum: int, _frame: object) -> NoReturn:
 
 
 def fail(err: LnkError) -> NoReturn:
-    sys.stderr.write(f"lnk: error: {err.message}\n")
-    if err.hint:
-        sys.stderr.write(f"lnk: hint: {err.hint}\n")
+    if _ERRORS["mode"] == "json":  # json.dumps escapes every control character
+        sys.stderr.write(json.dumps({"error": error_json(err)}) + "\n")
+    else:
+        # an error may name what a stream or a bucket holds: never raw to the terminal
+        from lnk.cli.output import safe
+
+        sys.stderr.write(f"lnk: error: {safe(err.message)}\n")
+        if err.hint:
+            sys.stderr.write(f"lnk: hint: {safe(err.hint)}\n")
     sys.exit(err.exit_code)
+
+
+def error_json(err: LnkError) -> dict[str, object]:
+    """The error as the box protocol carries it (docs/boxes.md)."""
+    return {
+        "exit": err.exit_code,
+        "class": type(err).__name__,
+        "message": err.message,
+        "hint": err.hint,
+    }
+
+
+def _errors_mode(argv: list[str]) -> str:
+    """``--errors`` read before click parses, so a usage error is told the same way."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a.startswith("--errors="):
+            return a.split("=", 1)[1]
+        if a == "--errors" and i + 1 < len(argv):
+            return argv[i + 1]
+    return "text"
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     _register()
+    _ERRORS["mode"] = _errors_mode(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _on_signal)
     try:
         cli.main(args=argv, prog_name="lnk", standalone_mode=False)
@@ -53,9 +92,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Abort:
         fail(Interrupted("interrupted", signum=signal.SIGINT))
     except click.ClickException as e:
-        sys.stderr.write(f"lnk: error: {e.format_message()}\n")
-        sys.stderr.write("lnk: hint: see lnk --help, or add --help after the command\n")
-        sys.exit(2)
+        fail(UsageError(e.format_message(), hint="see lnk --help, or add --help after the command"))
     except BrokenPipeError:
         sys.exit(1)
     sys.exit(0)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from lnk.agents import registry
+from lnk.agents import policy, registry
 from lnk.agents.layout import Machine
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, progress_bar, say
@@ -52,12 +52,6 @@ def _faulty(f: Any, point: str) -> Any:
     return _DieMidStream(f, point) if armed(point) else f
 
 
-def _bulk_file(a: registry.Agent, key_text: str) -> Path:
-    import hashlib
-
-    return a.runtime / f"bulk-{hashlib.sha256(key_text.encode()).hexdigest()[:16]}.json"
-
-
 @agent.command("state-send")
 @agent_option
 @click.option(
@@ -88,8 +82,8 @@ def state_send(
     agent_name: str | None, to: str, inventory: Path | None, phase: str, report: Path | None
 ) -> None:
     """Write the agent as a sealed stream on stdout."""
+    from lnk.move.phases import send_phase
     from lnk.payload.inventory import Inventory
-    from lnk.payload.send import send_agent
 
     if sys.stdout.isatty():
         raise UsageError(
@@ -103,30 +97,11 @@ def state_send(
         inv = Inventory.from_bytes(sys.stdin.buffer.read())
     else:
         inv = Inventory.load(inventory) if inventory else None
-    since: dict[str, int] = {}
-    base = None
-    bulk_file = _bulk_file(a, to)
-    if phase == "final" and bulk_file.exists():
-        held = json.loads(bulk_file.read_text())
-        since, base = held.get("watermarks", {}), held.get("stream_id")
     bar = progress_bar(None, desc=f"sending {a.name}")
     with bar:
-        rep = send_agent(
-            a,
-            _faulty(sys.stdout.buffer, f"send:mid-{phase}"),
-            recipient,
-            phase=phase,
-            inventory=inv,
-            since=since,
-            base_stream=base,
-            progress=bar.update,
+        rep = send_phase(
+            a, _faulty(sys.stdout.buffer, f"send:mid-{phase}"), recipient, phase, inv, bar.update
         )
-    sys.stdout.buffer.flush()
-    if phase == "bulk":
-        bulk_file.parent.mkdir(parents=True, exist_ok=True)
-        bulk_file.write_text(json.dumps({"stream_id": rep.stream_id, "watermarks": rep.watermarks}))
-    elif phase == "final":
-        bulk_file.unlink(missing_ok=True)
     if report:
         report.write_text(json.dumps(rep.to_json(), indent=2))
 
@@ -143,6 +118,13 @@ def state_send(
     "agent_name",
     metavar="NAME",
     help="with --prepare: the agent's name, refused at once if another agent here has it",
+)
+@click.option(
+    "--grants",
+    "grants_file",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="with --prepare: the agent's grants as the computer running the move has them "
+    "(- for stdin); applied as they are, since the agent leaves that computer",
 )
 @click.option("--receiver", metavar="RECEIVER", help="the receiver --prepare made")
 @click.option(
@@ -163,6 +145,7 @@ def state_receive(
     prepare: bool,
     agent_id: str | None,
     agent_name: str | None,
+    grants_file: Path | None,
     receiver: str | None,
     inventory: bool,
     abandon: bool,
@@ -175,8 +158,13 @@ def state_receive(
 
     m = Machine.current()
     if prepare:
+        receivers.purge_expired(m)
         has_agent = receivers.check_prepare(m, agent_id, agent_name)
-        r = receivers.prepare(m, agent_id)
+        mover_grants = None
+        if grants_file is not None:
+            raw = sys.stdin.buffer.read() if str(grants_file) == "-" else grants_file.read_bytes()
+            mover_grants = policy.mover_grants(raw)
+        r = receivers.prepare(m, agent_id, mover_grants)
         info = {
             "receiver": r.rid,
             "public_key": r.key().public.text(),
@@ -192,7 +180,8 @@ def state_receive(
         return
     if not receiver:
         raise UsageError("say which receiver", hint="--receiver RECEIVER (from --prepare)")
-    r = receivers.open_receiver(m, receiver)
+    r = receivers.open_receiver(m, receiver)  # refused (and its key deleted) after 24 hours
+    receivers.purge_expired(m)
     if abandon:
         r.abandon()
         say(f"abandoned {receiver}")
@@ -222,8 +211,5 @@ def state_receive(
             f"{verb} {rep.agent} ({rep.id}): {rep.files} files, {rep.data_bytes} bytes carried, "
             f"{rep.collections} collections"
         )
-    for flag in rep.dropped_grants:
-        say(
-            f"not granted here (the stream asked for it): {flag}; "
-            f"lnk agent allow {flag} --agent {rep.agent} gives it"
-        )
+    for line in policy.kept_lines(rep.kept_here, rep.dropped_grants, rep.agent):
+        say(line)

@@ -18,8 +18,11 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from lnk import logs
 from lnk.errors import LnkError
 from lnk.harness.server import HarnessConfig, make_server, probe_connect, read_key_file
+
+log = logs.get("harness")
 
 TURN_GRACE_S = 60.0
 
@@ -30,31 +33,31 @@ def serve(args: argparse.Namespace) -> int:
     server = make_server(config, key, port=args.port, unix=Path(args.unix) if args.unix else None)
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        print(f"lnk harness: signal {signum}, stopping", flush=True)
+        log.info("signal %s, stopping", signum)
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     where = args.unix or f"127.0.0.1:{args.port}"
-    print(
-        f"lnk harness: agent {config.name} ({config.id}) listening on {where}, "
-        f"sandboxed={config.sandboxed}",
-        flush=True,
+    log.info(
+        "agent %s (%s) listening on %s, sandboxed=%s",
+        config.name,
+        config.id,
+        where,
+        config.sandboxed,
     )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         # a stop lets the running turn end and answer before the process goes
         if not server.lnk_conversations.wait_idle(TURN_GRACE_S):
-            print(
-                "lnk harness: a turn was still running at the stop; the next start finishes it",
-                flush=True,
-            )
+            log.info("a turn was still running at the stop; the next start finishes it")
         server.server_close()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    logs.setup()
     parser = argparse.ArgumentParser(prog="python -m lnk.harness")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("serve")

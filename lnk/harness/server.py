@@ -25,10 +25,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from lnk import logs
 from lnk.agents.stores import open_agent_store
 from lnk.errors import InvalidInput, LnkError
 from lnk.harness.model import make_model
 from lnk.harness.turns import Busy, Conversations
+
+log = logs.get("harness")
 
 MAX_BODY = 1 << 20
 MAX_CHALLENGE = 1024
@@ -87,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
         return str(addr[0]) if isinstance(addr, tuple) and addr else "unix"
 
     def log_message(self, format: str, *args: Any) -> None:
-        sys.stdout.write(f"lnk harness: {self.address_string()} {format % args}\n")
+        log.info("%s %s", self.address_string(), format % args)
         sys.stdout.flush()
 
     # -- helpers -------------------------------------------------------------

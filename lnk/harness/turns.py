@@ -26,9 +26,12 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from lnk import logs
 from lnk.collections.base import CollectionId, Store
 from lnk.errors import LnkError, Refused
 from lnk.harness.model import HISTORY_TURNS, Model, Turn
+
+log = logs.get("harness")
 
 NOT_MADE = "not made: the turn that called it stopped before the call answered"
 POLL_S = 0.05
@@ -111,7 +114,7 @@ class Conversations:
                 try:
                     self.store.renew_lease(cid, self.holder)
                 except Exception as e:  # keep renewing; the log shows why one failed
-                    print(f"lnk harness: renewing the turn of {cid.name} failed: {e}", flush=True)
+                    log.warning("renewing the turn of %s failed: %s", cid.name, e)
 
         renewer = threading.Thread(target=renew, name=f"renew {cid.name}", daemon=True)
         renewer.start()
@@ -247,9 +250,9 @@ class Conversations:
                 )
             )
         if written:
-            print(
-                f"lnk harness: finished a crashed turn in {cid.name}: "
-                f"{len(open_calls)} tool call(s) answered as not made",
-                flush=True,
+            log.info(
+                "finished a crashed turn in %s: %d tool call(s) answered as not made",
+                cid.name,
+                len(open_calls),
             )
         return written

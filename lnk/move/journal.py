@@ -21,8 +21,25 @@ from pathlib import Path
 from typing import Any
 
 from lnk.agents.layout import Machine
+from lnk.errors import Refused
 
 PHASES = ("started", "prepared", "bulk-sent", "paused", "committed", "answering", "cleaned")
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "started": frozenset({"prepared"}),  # a receiver is ready at the destination
+    "prepared": frozenset({"bulk-sent"}),  # the bulk went while the agent answered
+    "bulk-sent": frozenset({"paused"}),  # the agent is paused where it was
+    "paused": frozenset({"committed"}),  # the final stream committed at the destination
+    "committed": frozenset({"answering"}),  # the agent answers at the destination
+    "answering": frozenset({"answering", "cleaned"}),  # a retried start answers again
+    "cleaned": frozenset(),  # the source let go of it: the entry is removed
+}
+"""The move's phases, each with the phases it may go to: only ever one step forward.
+
+Apart from its phase, an entry may be *failed* (being undone) in any phase
+before ``cleaned``; only a move that committed may drop ``failed`` again,
+because then the only way left is forward (docs/architecture.md draws it).
+"""
 
 
 @dataclass
@@ -41,6 +58,10 @@ class Entry:
     started_at: float = field(default_factory=time.time)
     path: Path | None = None
 
+    def __post_init__(self) -> None:
+        if self.phase not in TRANSITIONS:
+            raise ValueError(f"unknown move phase {self.phase!r}")
+
     def save(self) -> None:
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -51,6 +72,19 @@ class Entry:
         os.replace(tmp, self.path)
 
     def set(self, **kw: Any) -> None:
+        """Change the entry and write it; a step the state machine has no arrow for
+        (backwards, sideways, or out of a failed move) is refused."""
+        phase = kw.get("phase", self.phase)
+        if phase != self.phase or "phase" in kw:
+            check_step(self.phase, phase, self.failed is not None)
+        clears = "failed" in kw and kw["failed"] is None and self.failed is not None
+        if clears and not self.at_least("committed"):
+            raise Refused(
+                f"move {self.move}: a failed move can go on only once it committed "
+                f"(it is {self.phase})"
+            )
+        if kw.get("failed") is not None and self.phase == "cleaned":
+            raise Refused(f"move {self.move} is cleaned; it can no longer fail")
         for k, v in kw.items():
             setattr(self, k, v)
         self.save()
@@ -62,6 +96,16 @@ class Entry:
 
     def at_least(self, phase: str) -> bool:
         return PHASES.index(self.phase) >= PHASES.index(phase)
+
+
+def check_step(old: str, new: str, failed: bool = False) -> None:
+    """Refuse a phase change that is not an arrow of :data:`TRANSITIONS`."""
+    if new not in TRANSITIONS:
+        raise Refused(f"unknown move phase {new!r}")
+    if new not in TRANSITIONS[old]:
+        raise Refused(f"a move cannot go from {old} to {new}")
+    if failed and new != "committed" and PHASES.index(new) < PHASES.index("committed"):
+        raise Refused(f"a failed move cannot go on to {new}: it is being undone")
 
 
 _held_locks: dict[str, int] = {}

@@ -24,47 +24,20 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.errors import FormatMismatch, Interrupted, LnkError, NotFound, TransportError, UsageError
-from lnk.formats import FORMAT as STREAM_FORMAT
+from lnk.errors import Interrupted, LnkError, NotFound, TransportError, UsageError
 from lnk.move import journal
 from lnk.move.faults import fault
+from lnk.move.held import deliver_all
 from lnk.move.journal import Entry
-from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, LocalLeg
+from lnk.move.where import HERE, place_leg, where_is
+from lnk.payload.receivers import purge_expired
+from lnk.transport import boxes
+from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, settle
 
-HERE = "here"
+__all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
+
 Say = Callable[[str], None]
-
-
-def place_leg(machine: Machine, place: str) -> Leg:
-    if place == HERE:
-        return LocalLeg(machine.home, name="this computer")
-    from lnk.transport import boxes
-
-    return boxes.get(place).leg()
-
-
-def where_is(machine: Machine, name: str | None) -> tuple[str, str, str]:
-    """(name, id, place) of the agent, here or on the box it was moved to."""
-    locs = journal.locations(machine)
-    if name is None:
-        known = set(registry.names(machine)) | set(locs)
-        if len(known) != 1:
-            raise UsageError(
-                "say which agent to move" if known else "there is no agent to move",
-                hint="add --agent NAME" if known else "lnk agent create NAME",
-            )
-        name = known.pop()
-    if machine.settings_file(name).exists():
-        a = registry.find(machine, name)
-        return name, a.id, HERE
-    if name in locs:
-        return name, locs[name]["id"], locs[name]["place"]
-    raise NotFound(
-        f"no agent named {name!r} here or on a box it was moved to",
-        hint="lnk agent list shows the agents here",
-    )
 
 
 # ---- signals: from the pause on, a signal fails the move instead of ending lnk ----
@@ -125,10 +98,10 @@ def _stream(
             with a, b:
                 assert b.stdout is not None
                 answer = b.stdout.read()
-                code_b, code_a = b.wait(check=False), a.wait(check=False)
+                _code_a, _code_b, err = settle(src, a, dst, b)
                 _guard.check()
-                dst.check(code_b, b.stderr_text())
-                src.check(code_a, a.stderr_text())
+                if err is not None:
+                    raise err
         finally:
             _guard.children -= {a, b}
     return json.loads(answer) if answer.strip() else None
@@ -138,14 +111,29 @@ def _inventory(dst: Leg, receiver: str) -> bytes:
     return dst.run(["agent", "state-receive", "--inventory", "--receiver", receiver]).stdout
 
 
-def _check_format(leg: Leg) -> None:
-    info = _run_json(leg, ["version", "--json"]) or {}
-    fmt = info.get("stream_format")
-    if fmt != STREAM_FORMAT:
-        raise FormatMismatch(
-            f"{leg.name} speaks stream format {fmt}; this lnk speaks {STREAM_FORMAT}",
-            hint="upgrade lnk there: lnk box add (it installs this one), then move again",
-        )
+def _current(machine: Machine, place: str, say: Say) -> Leg:
+    """The place's leg, its lnk upgraded first if it is older than this one (as box add does)."""
+    if place == HERE:
+        return place_leg(machine, place)
+    box = boxes.get(place)
+    report = boxes.ensure_current(box)
+    if report.action != "found":
+        say(report.describe())
+    return report.box.leg()
+
+
+def _prepare(machine: Machine, dst: Leg, name: str, agent_id: str, src: str) -> Any:
+    """A receiver at the destination; the agent's grants go with it when it leaves this
+    computer (the one running the move), since its word, not the stream's, counts."""
+    args = ["agent", "state-receive", "--prepare", "--agent-id", agent_id, "--name", name]
+    grants: bytes | None = None
+    if src == HERE:
+        from lnk.agents.policy import grants_to_send
+
+        grants = grants_to_send(machine.folders(name).sandbox_toml).encode()
+        args += ["--grants", "-"]
+    out = dst.run([*args, "--json"], stdin=grants).stdout
+    return json.loads(out) if out.strip() else None
 
 
 def move(
@@ -153,11 +141,50 @@ def move(
     name: str | None,
     to: str,
     *,
+    from_box: str | None = None,
     no_start: bool = False,
     say: Say = lambda s: None,
 ) -> dict[str, Any]:
+    """Move the agent to ``to`` (a box, or HERE), from where it is or from ``from_box``.
+
+    Earlier unfinished moves are finished first; the messages held for the agents
+    they and this move carried are handed over where each agent answers.  Expired
+    receivers and kept folders are removed first: nothing secret lingers.
+    """
+    purge_expired(machine)
     finish_all(machine, say)
-    name, agent_id, src_place = where_is(machine, name)
+    ids: list[str] = []
+    try:
+        result = _move(machine, name, to, from_box=from_box, no_start=no_start, say=say, ids=ids)
+    except BaseException:
+        _deliver_held(machine, ids, say)  # the move was undone: where the agent answers again
+        raise
+    result["delivered"] = _deliver_held(machine, ids, say)
+    return result
+
+
+def _deliver_held(machine: Machine, ids: list[str], say: Say) -> list[dict[str, Any]]:
+    """Hand over what was held for these agents, unless their move stays unfinished."""
+    out: list[dict[str, Any]] = []
+    for aid in ids:
+        if not journal.entries(machine, aid):
+            with contextlib.suppress(LnkError):
+                out += deliver_all(machine, aid, say)
+    return out
+
+
+def _move(
+    machine: Machine,
+    name: str | None,
+    to: str,
+    *,
+    from_box: str | None,
+    no_start: bool,
+    say: Say,
+    ids: list[str],
+) -> dict[str, Any]:
+    name, agent_id, src_place = where_is(machine, name, from_box)
+    ids.append(agent_id)
     if src_place == to:
         raise UsageError(
             f"{name} is already {'here' if to == HERE else 'on ' + to}",
@@ -168,9 +195,7 @@ def move(
             f"an earlier move of {name} ({e.move}) is still unfinished: {e.failed or e.phase}",
             hint="make sure both boxes answer, then run lnk agent move again",
         )
-    src, dst = place_leg(machine, src_place), place_leg(machine, to)
-    _check_format(src)
-    _check_format(dst)
+    src, dst = _current(machine, src_place, say), _current(machine, to, say)
     st = _run_json(src, ["agent", "status", "--agent", name, "--json"]) or {}
     if st.get("id") != agent_id:
         raise NotFound(
@@ -188,19 +213,7 @@ def move(
         was_running=bool(st.get("running")),
     )
     try:
-        prep = _run_json(
-            dst,
-            [
-                "agent",
-                "state-receive",
-                "--prepare",
-                "--agent-id",
-                agent_id,
-                "--name",
-                name,
-                "--json",
-            ],
-        )
+        prep = _prepare(machine, dst, name, agent_id, src_place)
         e.set(
             phase="prepared", receiver=prep["receiver"], dst_had_agent=bool(prep.get("has_agent"))
         )
@@ -395,10 +408,8 @@ def _undo(machine: Machine, e: Entry, say: Say) -> None:
             # a final stream that got through before its leg failed committed there too
             stale = _remove_copy(dst, e)
         _abandon(dst, e)
-        if e.was_running:
+        if e.was_running:  # one stopped before the move stays stopped
             src.run(["agent", "start", "--agent", e.agent])
-        else:
-            src.run(["agent", "resume", "--agent", e.agent])
     except LnkError as err:
         stale = err
     if stale is not None:
@@ -436,7 +447,28 @@ def finish(machine: Machine, e: Entry, say: Say) -> bool:
     return not (e.path and e.path.exists())
 
 
-def finish_all(machine: Machine, say: Say, agent_id: str | None = None) -> None:
-    for e in journal.unfinished(machine, agent_id):
+def finish_all(machine: Machine, say: Say, agent_id: str | None = None) -> list[str]:
+    """Finish the unfinished moves (of one agent, or all); hand over what was held for them.
+
+    Returns the IDs of the agents whose moves are finished now.
+    """
+    done: list[str] = []
+    for e in _unfinished(machine, agent_id):
         say(f"finishing the earlier move {e.move} of {e.agent}")
-        finish(machine, e, say)
+        if finish(machine, e, say) and e.agent_id not in done:
+            done.append(e.agent_id)
+    for aid in done:
+        if not journal.entries(machine, aid):
+            deliver_all(machine, aid, say)
+    return done
+
+
+def _unfinished(machine: Machine, agent_id: str | None) -> list[Entry]:
+    """The entries no live move holds.  A chat that just looked at an entry's lock
+    (:func:`lnk.move.held.mover_alive`) holds it for an instant: look again then."""
+    for _ in range(5):
+        found = journal.unfinished(machine, agent_id)
+        if found or not journal.entries(machine, agent_id):
+            return found
+        time.sleep(0.05)
+    return []

@@ -1,4 +1,7 @@
-"""Leaving a machine: the agent stops here, its folders are kept aside, a note says where it went."""
+"""A move's steps at the end it leaves: pause the agent, then leave for good.
+
+Leaving: the agent stops here, its folders are kept aside, a note says where it went.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,13 @@ import shutil
 import time
 from typing import Any
 
+from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
-from lnk.agents.moved import DAY, notes_dir
+from lnk.agents.moved import DAY, notes_dir, purge_expired
+from lnk.agents.policy import remember
 from lnk.agents.registry import Agent
+from lnk.errors import NotFound, UsageError
 from lnk.runtime import service
 
 
@@ -18,6 +24,7 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
     """Delete what runs the agent here; keep its folders aside; leave a note."""
 
     service.stop(agent)
+    remember(machine, agent.settings, agent.folders.sandbox_toml)  # for its return
     days = load_machine(machine).keep_moved_days()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = machine.home / "Link" / "Moved" / f"{agent.name}-{stamp}"
@@ -42,4 +49,25 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
     shutil.rmtree(agent.runtime, ignore_errors=True)
     shutil.rmtree(agent.net, ignore_errors=True)
     agent.settings_path.unlink(missing_ok=True)
+    return note
+
+
+def pause(machine: Machine, name: str | None) -> bool:
+    """(``agent pause``) Stop the agent for the switch; its running turn ends first."""
+    return service.stop(registry.find(machine, name))
+
+
+def moved_away(machine: Machine, name: str | None, agent_id: str, to: str) -> dict[str, Any] | None:
+    """(``agent moved-away``) The agent answers at ``to``: leave, and purge expired kept folders.
+
+    None when it has left already (a journal finishing a move runs this again).
+    """
+    try:
+        a = registry.find(machine, name)
+    except NotFound:
+        return None
+    if a.id != agent_id:
+        raise UsageError(f"{a.name} here is {a.id}, not {agent_id}", hint="nothing was removed")
+    note = leave(machine, a, to)
+    purge_expired(machine)
     return note

@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lnk.agents import ports
-from lnk.agents.grants import filter_from_stream
+from lnk.agents import policy, ports
 from lnk.agents.layout import Machine
 from lnk.agents.machine import account_owner
 from lnk.agents.registry import Agent, find_by_id, taken_blocks
@@ -45,6 +44,8 @@ class ReceiveReport:
     collections: int = 0
     unchanged_home_files: int = 0
     dropped_grants: list[str] = field(default_factory=list)
+    kept_here: list[dict[str, str]] = field(default_factory=list)
+    grants_from: str = ""
     skipped: list[str] = field(default_factory=list)
     stream_id: str = ""
 
@@ -82,7 +83,10 @@ def check_destination(machine: Machine, head: M.Head) -> Agent | None:
     return existing
 
 
-def _settings_here(head: M.Head, existing: Agent | None, machine: Machine, store: str) -> Settings:
+def _settings_here(
+    head: M.Head, existing: Agent | None, machine: Machine, store: str, mover_grants: str | None
+) -> policy.Arrival:
+    """The receiving machine decides, the stream informs (lnk.agents.policy)."""
     try:
         data, _ = migrate(dict(head.settings))
         data["id"], data["name"], data["owner"] = head.agent_id, head.name, head.owner
@@ -94,7 +98,8 @@ def _settings_here(head: M.Head, existing: Agent | None, machine: Machine, store
         s.port_base, s.port_count = existing.settings.port_base, existing.settings.port_count
     else:
         s.port_base = ports.allocate(s.name, s.harness, taken_blocks(machine))
-    return s
+    here = existing.settings if existing is not None else None
+    return policy.arrive(machine, s, head.grants, here, mover_grants)
 
 
 def receive(
@@ -229,17 +234,17 @@ def _commit(
 ) -> ReceiveReport:
     agent_root = machine.folders(head.name).root
     report.unchanged_home_files = commit.materialize(stage, r, agent_root)
-    settings = _settings_here(head, existing, machine, stage.store_driver or "files")
+    mover_grants = r.info().get("mover_grants")  # what the computer running the move sent
+    mover_grants = mover_grants if isinstance(mover_grants, str) else None
+    arrival = _settings_here(head, existing, machine, stage.store_driver or "files", mover_grants)
     work = stage.work
     from lnk.agents.settings import write_toml_atomic
 
-    write_toml_atomic(work / "settings.toml", settings.to_toml())
-    if existing is None:
-        filtered = filter_from_stream(head.grants) if head.grants.strip() else None
-        if filtered is not None:
-            (work / "sandbox.toml").write_text(filtered.to_toml())
-            report.dropped_grants = filtered.dropped
-    # an agent coming back keeps the grants it has here
+    write_toml_atomic(work / "settings.toml", arrival.settings.to_toml())
+    if arrival.grants is not None:
+        (work / "sandbox.toml").write_text(arrival.grants)
+    report.dropped_grants, report.kept_here = arrival.dropped, arrival.kept_here
+    report.grants_from = arrival.grants_from
     try:
         commit.decide(
             r,
@@ -264,6 +269,7 @@ def _commit(
             stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root, skipped
         ),
     )["skipped"]
+    policy.forget(machine, head.agent_id)
     report.committed = True
     return report
 

@@ -14,19 +14,21 @@ import os
 import secrets
 import shutil
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lnk.agents.layout import Machine
+from lnk.agents.machine import now as clock
+from lnk.agents.moved import purge_expired as purge_moved
 from lnk.agents.registry import find_by_id
-from lnk.errors import InvalidInput, NotFound
+from lnk.errors import InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload.inventory import Inventory
 from lnk.payload.walk import HashCache, WalkStats, walk_agent
 
 RECEIVER_PREFIX = "rcv-"
+MAX_AGE_S = 24 * 3600  # a receiver is refused, and its key deleted, after 24 hours
 
 
 @dataclass
@@ -141,7 +143,42 @@ def open_receiver(machine: Machine, rid: str) -> Receiver:
             f"no receiver {rid} on this machine (committed, abandoned or never made)",
             hint="prepare a new one: lnk agent state-receive --prepare",
         )
+    if _expired(r):
+        r.abandon()
+        raise Refused(
+            f"the receiver {rid} was made more than 24 hours ago; it is refused and its "
+            "key deleted",
+            hint="prepare a new one: lnk agent state-receive --prepare",
+        )
     return r
+
+
+def _expired(r: Receiver) -> bool:
+    """Older than 24 hours, and not decided (a decided apply always rolls forward)."""
+    if (r.dir / "commit.json").exists():
+        return False
+    created = r.info().get("created")
+    if not isinstance(created, (int, float)):
+        try:
+            created = r.dir.stat().st_mtime
+        except OSError:
+            return False
+    return bool(clock() - created > MAX_AGE_S)
+
+
+def purge_expired(machine: Machine) -> list[str]:
+    """Delete every receiver older than 24 hours, and the kept folders of agents that
+    moved away whose keep_moved is over: lnk runs this at each move, receive and start."""
+    gone: list[str] = []
+    root = machine.receivers_dir
+    if root.is_dir():
+        for d in sorted(root.iterdir()):
+            if d.name.startswith(RECEIVER_PREFIX) and d.is_dir():
+                r = Receiver(machine, d.name)
+                if _expired(r):
+                    r.abandon()
+                    gone.append(str(d))
+    return gone + purge_moved(machine)
 
 
 def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> bool:
@@ -160,8 +197,13 @@ def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> b
     return existing is not None
 
 
-def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
-    """A fresh receiver: a one-time key pair, and an index of what is held here already."""
+def prepare(
+    machine: Machine, agent_id: str | None = None, mover_grants: str | None = None
+) -> Receiver:
+    """A fresh receiver: a one-time key pair, and an index of what is held here already.
+
+    ``mover_grants``: the agent's grants as the computer running the move sent them
+    (it is the machine the agent leaves), applied at commit as they are."""
     rid = RECEIVER_PREFIX + secrets.token_hex(8)
     r = Receiver(machine, rid)
     machine.receivers_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -171,7 +213,9 @@ def prepare(machine: Machine, agent_id: str | None = None) -> Receiver:
     with os.fdopen(fd, "wb") as f:
         f.write(key.seed)
     r.objects.mkdir()
-    r.set_info(created=time.time(), agent_id=agent_id, public_key=key.public.text())
+    r.set_info(created=clock(), agent_id=agent_id, public_key=key.public.text())
+    if mover_grants is not None:
+        r.set_info(mover_grants=mover_grants)
     if agent_id:
         _adopt_earlier_objects(machine, r, agent_id)
         base = _base_for(machine, agent_id)

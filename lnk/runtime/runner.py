@@ -238,12 +238,8 @@ class Runner:
 
     def prepare(self) -> None:
         s = self.agent.settings
-        if not self.sandboxed and not load_machine(self.agent.machine).unsandboxed:
-            raise Refused(
-                f"the agent {s.name} is set to run without a sandbox, and this "
-                "machine refuses that (unsandboxed = false in ~/.lnk/machine.toml)",
-                hint=f"turn its sandbox back on: lnk agent start {s.name} --sandbox",
-            )
+        if not self.sandboxed:
+            load_machine(self.agent.machine).check_unsandboxed(s.name)
         if not 0 < s.endpoint_port < 65536:
             raise PortsUnavailable(
                 f"the agent {s.name} has no endpoint port in its settings",

@@ -22,7 +22,7 @@ from typing import Any
 from lnk.agents import ports
 from lnk.agents.machine import account_owner, load_machine
 from lnk.agents.registry import Agent, last_backup, taken_blocks
-from lnk.errors import AgentNotRunning, Refused
+from lnk.errors import AgentNotRunning
 
 START_DEADLINE_S = float(os.environ.get("LNK_START_DEADLINE", "30"))
 
@@ -81,15 +81,11 @@ def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
     notes: list[str] = []
     machine_settings = load_machine(agent.machine)
     s = agent.settings
+    if not (s.sandbox if sandbox is None else sandbox):
+        machine_settings.check_unsandboxed(s.name)  # before the switch is kept
     if sandbox is not None and sandbox != s.sandbox:
         s.sandbox = sandbox
         agent.save()
-    if not s.sandbox and not machine_settings.unsandboxed:
-        raise Refused(
-            f"this machine refuses to run agents without a sandbox (unsandboxed = false in "
-            f"{agent.machine.machine_toml})",
-            hint=f"start it sandboxed: lnk agent start --agent {s.name} --sandbox",
-        )
     acct = account_owner(agent.machine)
     if acct and s.owner.startswith("local-"):
         notes.append(f"{s.name} now belongs to the signed-in account ({acct})")

@@ -24,19 +24,22 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import tempfile
 import tomllib
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 
 import lnk
 from lnk.agents.layout import Machine
 from lnk.agents.settings import check_name
-from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused, TransportError
+from lnk.errors import AlreadyExists, InvalidInput, LnkError, NotFound, Refused, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.transport.legs import Leg, LocalLeg, SshLeg
 
@@ -213,7 +216,7 @@ def remote_info(leg: Leg) -> dict[str, object]:
     Asks ``lnk version --json``; an lnk too old to have it answers
     ``lnk --version`` only, and its stream format is None (unknown).
     """
-    r = leg.run(["version", "--json"], check=False)
+    r = leg.run(["version", "--json"], check=False, bare=True)
     if r.returncode == 0:
         try:
             data = json.loads(r.stdout)
@@ -222,7 +225,7 @@ def remote_info(leg: Leg) -> dict[str, object]:
             pass
     elif r.returncode != 2:
         leg.check(r.returncode, r.stderr.decode("utf-8", "replace"))
-    r = leg.run(["--version"])
+    r = leg.run(["--version"], bare=True)
     m = re.search(r"version\s+(\S+)", r.stdout.decode("utf-8", "replace"))
     if not m:
         raise TransportError(
@@ -281,7 +284,7 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
             f"box {box.name} runs lnk {before['version']} (stream format "
             f"{before['stream_format']}), newer than this lnk {lnk.__version__} "
             f"(stream format {STREAM_FORMAT})",
-            hint="upgrade lnk on this computer, then add the box again",
+            hint="upgrade lnk on this computer, then try again",
         )
     if not install:
         raise TransportError(
@@ -301,6 +304,85 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
             hint="check PATH there, or set LNK_REMOTE_LNK to the installed lnk",
         )
     return AddReport(box, "installed" if before is None else "upgraded", before, after)
+
+
+# --- a move's box: current before it sends -----------------------------------
+
+
+def ensure_current(box: Box, *, install: bool = True) -> AddReport:
+    """Make the box speak this lnk before a move: upgrade an older or missing one.
+
+    A local box runs this very lnk.  An SSH box is asked its version; one that
+    is older or of another stream format gets the running lnk installed, as
+    ``box add`` does (and the registry learns where, if it went to ``~/.local``).
+    """
+    if box.local is not None:
+        info = {"version": lnk.__version__, "stream_format": STREAM_FORMAT}
+        return AddReport(box, "found", info, info)
+    report = _add_ssh(box, install)
+    if report.box.remote_lnk != box.remote_lnk:
+        boxes = _load()
+        if box.name in boxes:
+            boxes[box.name]["remote_lnk"] = str(report.box.remote_lnk)
+            _save(boxes)
+    return report
+
+
+# --- the agents on every box --------------------------------------------------
+
+
+@dataclass
+class BoxAgents:
+    """What one box said about its own agents: rows of ``agent list --json``, or why not."""
+
+    box: str
+    agents: builtins.list[dict[str, Any]] | None = None
+    error: str | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.agents is not None
+
+
+def _ask_agents(box: Box, timeout: float) -> BoxAgents:
+    leg = box.leg()
+    for args in (["agent", "list", "--here", "--json"], ["agent", "list", "--json"]):
+        try:
+            p = leg.popen(args)
+        except LnkError as e:
+            return BoxAgents(box.name, error=e.message)
+        with p:
+            try:
+                out, _ = p.proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return BoxAgents(box.name, error=f"no answer within {timeout:.0f} s")
+            if p.proc.returncode == 2 and "--here" in args:
+                continue  # an lnk older than --here: its own agents are the rows placed "here"
+            try:
+                leg.check(p.proc.returncode, p.stderr_text())
+                rows = json.loads(out)
+                if isinstance(rows, dict):
+                    rows = rows.get("agents")
+                if not isinstance(rows, builtins.list):
+                    raise ValueError("not a list of agents")
+            except LnkError as e:
+                return BoxAgents(box.name, error=e.message)
+            except ValueError as e:
+                return BoxAgents(box.name, error=f"an answer that is not an agent list ({e})")
+        return BoxAgents(
+            box.name,
+            agents=[r for r in rows if isinstance(r, dict) and r.get("place", "here") == "here"],
+        )
+    return BoxAgents(box.name, error="no answer")
+
+
+def agents_on_boxes(timeout: float = 20.0) -> builtins.list[BoxAgents]:
+    """Ask every added box, at once, which agents live there (its own, not its boxes')."""
+    found = list_boxes()
+    if not found:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(found))) as pool:
+        return builtins.list(pool.map(lambda b: _ask_agents(b, timeout), found))
 
 
 # --- installing lnk on a box -------------------------------------------------

@@ -21,11 +21,14 @@ child processes share a pipe, and no byte passes through Python.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +36,9 @@ from typing import IO, Any
 
 from lnk import errors as _errors
 from lnk.errors import EXIT_CODES, InvalidInput, LnkError, TransportError
+
+PROTOCOL_ARGS = ("--errors", "json")
+"""What every lnk command a leg runs is given: errors come back as one JSON line."""
 
 SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
@@ -53,12 +59,16 @@ class LegResult:
     stderr: bytes
 
 
-def _error_class(code: int) -> type[LnkError]:
-    for name, value in EXIT_CODES.items():
-        if value == code and name != "Interrupted":
-            cls = getattr(_errors, name)
-            if isinstance(cls, type) and issubclass(cls, LnkError):
-                return cls
+def _error_class(name: object, code: int) -> type[LnkError]:
+    """The class named in a box's error line, if it is one of ours; else by exit code."""
+    cls = getattr(_errors, name, None) if isinstance(name, str) else None
+    if isinstance(cls, type) and issubclass(cls, LnkError) and cls is not _errors.Interrupted:
+        return cls
+    for cname, value in EXIT_CODES.items():
+        if value == code and cname != "Interrupted":
+            found = getattr(_errors, cname)
+            if isinstance(found, type) and issubclass(found, LnkError):
+                return found
     return LnkError
 
 
@@ -67,18 +77,36 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _remote_error(where: str, code: int, stderr: str) -> LnkError:
-    """An lnk error raised over there becomes the same error here."""
-    message = hint = None
-    for line in stderr.splitlines():
-        if line.startswith("lnk: error: "):
-            message = line[len("lnk: error: ") :].strip()
-        elif line.startswith("lnk: hint: "):
-            hint = line[len("lnk: hint: ") :].strip()
-    if message is None:
-        message = _last_line(stderr) or "no message"
-        message = f"command failed with exit code {code}: {message}"
-    err = _error_class(code)(f"on {where}: {message}", hint=hint)
+def error_line(stderr: str) -> dict[str, Any] | None:
+    """The box protocol's error: the last stderr line that is ``{"error": {...}}``."""
+    for line in reversed(stderr.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        err = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err
+    return None
+
+
+def remote_error(where: str, code: int, stderr: str) -> LnkError:
+    """An lnk error raised over there becomes the same error here.
+
+    The command ran with ``--errors json`` (docs/boxes.md), so its error is one
+    JSON line; anything else (a crash, a killed process) is told by exit code
+    and the last line it wrote.
+    """
+    doc = error_line(stderr)
+    if doc is None:
+        last = _last_line(stderr) or "no message"
+        err = _error_class(None, code)(f"on {where}: command failed with exit code {code}: {last}")
+    else:
+        hint = doc.get("hint") if isinstance(doc.get("hint"), str) else None
+        err = _error_class(doc.get("class"), code)(f"on {where}: {doc['message']}", hint=hint)
     if code != err.exit_code and type(err) is LnkError:
         err.exit_code = code
     return err
@@ -173,8 +201,9 @@ class Leg:
     name: str
 
     # --- what subclasses provide -------------------------------------
-    def argv(self, args: Sequence[str]) -> list[str]:
-        """The local argv that runs ``lnk ARGS`` at this place."""
+    def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
+        """The local argv that runs ``lnk ARGS`` at this place (with ``PROTOCOL_ARGS``
+        unless ``bare``: asking an lnk of any age its version)."""
         raise NotImplementedError
 
     def shell_argv(self, script: str) -> list[str]:
@@ -187,7 +216,7 @@ class Leg:
     def check(self, code: int, stderr: str) -> None:
         """Raise for a failed command: the remote lnk error, or a TransportError."""
         if code != 0:
-            raise _remote_error(self.name, code, stderr)
+            raise remote_error(self.name, code, stderr)
 
     def launch_failed(self, program: str) -> LnkError:
         return TransportError(
@@ -197,7 +226,12 @@ class Leg:
 
     # --- the interface ------------------------------------------------
     def run(
-        self, args: Sequence[str], stdin: Stdin = None, capture: bool = True, check: bool = True
+        self,
+        args: Sequence[str],
+        stdin: Stdin = None,
+        capture: bool = True,
+        check: bool = True,
+        bare: bool = False,
     ) -> LegResult:
         """Run ``lnk ARGS`` there and wait.
 
@@ -206,7 +240,7 @@ class Leg:
         ``check`` a failure raises: an lnk error there raises the same class
         here (message and hint included); a broken connection a TransportError.
         """
-        return self._run(self.argv(args), list(args), stdin, capture, check)
+        return self._run(self.argv(args, bare), list(args), stdin, capture, check)
 
     def run_shell(
         self, script: str, stdin: Stdin = None, capture: bool = True, check: bool = True
@@ -276,8 +310,8 @@ class LocalLeg(Leg):
     def __repr__(self) -> str:
         return f"LocalLeg({str(self.home)!r})"
 
-    def argv(self, args: Sequence[str]) -> list[str]:
-        return [sys.executable, "-m", "lnk", *args]
+    def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
+        return [sys.executable, "-m", "lnk", *(() if bare else PROTOCOL_ARGS), *args]
 
     def shell_argv(self, script: str) -> list[str]:
         return ["/bin/sh", "-c", script]
@@ -342,11 +376,13 @@ class SshLeg(Leg):
         """``LNK_REMOTE_LNK`` wins, then what the box registry found, then ``lnk``."""
         return os.environ.get("LNK_REMOTE_LNK", "").strip() or self._remote_lnk or "lnk"
 
-    def remote_command(self, args: Sequence[str]) -> str:
-        return " ".join([self.remote_lnk, *(shlex.quote(a) for a in args)])
+    def remote_command(self, args: Sequence[str], bare: bool = False) -> str:
+        proto = () if bare else PROTOCOL_ARGS
+        return " ".join([self.remote_lnk, *proto, *(shlex.quote(a) for a in args)])
 
-    def argv(self, args: Sequence[str]) -> list[str]:
-        return [*ssh_command(), *_fault_env(), self.destination, "--", self.remote_command(args)]
+    def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
+        cmd = self.remote_command(args, bare)
+        return [*ssh_command(), *_fault_env(), self.destination, "--", cmd]
 
     def shell_argv(self, script: str) -> list[str]:
         return [*ssh_command(), self.destination, "--", script]
@@ -390,8 +426,11 @@ def pipe(
 
     A command is a list (``lnk`` arguments) or a string (a shell line).  This
     computer only relays: the two children share one OS pipe, so the bytes
-    never enter Python.  With ``check`` the sink's failure is raised first (it
-    usually says why, e.g. a format mismatch), then the source's.
+    never enter Python.  With ``check`` a failure raises the error of the end
+    that failed *first*: a sender that fails ("Home/x changed while it was
+    read") makes its receiver fail too ("the stream was cut short"), and a
+    receiver that fails ("disk full") breaks its sender's pipe; the first is
+    the cause, the second only its echo.
     """
     a = _start(src, src_cmd, subprocess.DEVNULL, subprocess.PIPE)
     try:
@@ -402,17 +441,54 @@ def pipe(
         raise
     a.stdout.close()  # only the two children hold the pipe now
     with a, b:
-        try:
-            code_b = b.wait(check=False)
-            code_a = a.wait(check=False)
-        except BaseException:
-            a.kill()
-            b.kill()
-            raise
-        if check:
-            dst.check(code_b, b.stderr_text())
-            src.check(code_a, a.stderr_text())
+        code_a, code_b, err = settle(src, a, dst, b)
+    if check and err is not None:
+        raise err
     return RelayResult(code_a, code_b)
+
+
+def settle(src: Leg, a: LegProcess, dst: Leg, b: LegProcess) -> tuple[int, int, LnkError | None]:
+    """Wait for both ends of a pipe: their exit codes and the error to raise, if any.
+
+    A sender that fails makes its receiver fail ("cut short") and a receiver that
+    fails breaks its sender's pipe: the end that failed first is the cause, and
+    its own error is the one given.  An end that told its error (the protocol's
+    JSON line) outranks one that died without a word.
+    """
+    ended: dict[str, float] = {}
+    try:
+        code_a, code_b = _wait_both(a, b, ended)
+    except BaseException:
+        a.kill()
+        b.kill()
+        raise
+    order = [(src, code_a, a), (dst, code_b, b)]
+    if ended.get("b", 0.0) < ended.get("a", 0.0):
+        order.reverse()
+    failed = [(leg, code, p) for leg, code, p in order if code != 0]
+    told = [f for f in failed if error_line(f[2].stderr_text()) is not None]
+    for leg, code, p in told or failed:
+        try:
+            leg.check(code, p.stderr_text())
+        except LnkError as e:
+            return code_a, code_b, e
+    return code_a, code_b, None
+
+
+def _wait_both(a: LegProcess, b: LegProcess, ended: dict[str, float]) -> tuple[int, int]:
+    """Wait for both ends, noting when each ended."""
+
+    def watch(key: str, p: LegProcess) -> None:
+        p.proc.wait()
+        ended[key] = time.monotonic()
+
+    t = threading.Thread(target=watch, args=("a", a), daemon=True)
+    t.start()
+    code_b = b.wait(check=False)
+    ended.setdefault("b", time.monotonic())
+    code_a = a.wait(check=False)
+    t.join()
+    return code_a, code_b
 
 
 def _start(leg: Leg, cmd: Sequence[str] | str, stdin: Stdin, stdout: Stdout) -> LegProcess:

@@ -45,7 +45,7 @@ def test_ids_are_unique_and_owner_is_the_machine_stand_in(home: Path) -> None:
 
 def test_list_json_and_status_json(home: Path) -> None:
     ok("agent", "create", "work")
-    rows = ok("agent", "list", "--json").json()
+    rows = ok("agent", "list", "--json").json()["agents"]
     assert [r["name"] for r in rows] == ["work"]
     st = ok("agent", "status", "--json").json()  # --agent left out: there is one agent
     for key in ("name", "id", "owner", "running", "endpoint", "sandboxed"):

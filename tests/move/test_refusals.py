@@ -8,6 +8,8 @@ from pathlib import Path
 
 from move_helpers import AGENT, HERE, PYTHON, World, make_agent, put_file
 
+from lnk.errors import Refused
+
 SSHFAULT = Path(__file__).with_name("sshfault.py")
 
 
@@ -56,20 +58,24 @@ def test_a_box_that_stops_answering(ssh_world: World, tmp_path: Path) -> None:
     _answers_here(ssh_world, agent_id)
 
 
-def test_another_stream_format_is_refused(ssh_world: World, tmp_path: Path) -> None:
+def test_a_newer_box_of_another_stream_format_is_refused(ssh_world: World, tmp_path: Path) -> None:
+    """A box whose lnk is newer and speaks another format can't be upgraded by this one."""
     agent_id = make_agent(ssh_world)
-    fake = tmp_path / "old-lnk"
+    fake = tmp_path / "new-lnk"
     fake.write_text(
         '#!/bin/sh\nif [ "$1" = version ]; then\n'
-        '  echo \'{"version": "0.0.9", "stream_format": 3}\'; exit 0\nfi\n'
+        '  echo \'{"version": "99.0", "stream_format": 5}\'; exit 0\nfi\n'
         'exec lnk "$@"\n'
     )
     fake.chmod(0o755)
     r = ssh_world.lnk(
         "agent", "move", "--agent", AGENT, "--to", "hostA", env={"LNK_REMOTE_LNK": str(fake)}
     )
-    assert r.code != 0 and "format 3" in r.err and "4" in r.err, r.err
+    assert r.code == Refused.exit_code, r.err
+    assert "stream format 5" in r.err and "newer than this lnk" in r.err, r.err
+    assert "upgrade lnk on this computer" in r.err
     assert not (ssh_world.boxes["hostA"] / ".lnk" / "receivers").exists()
+    assert not (ssh_world.boxes["hostA"] / ".local").exists(), "nothing was installed there"
     _answers_here(ssh_world, agent_id)
 
 

@@ -157,7 +157,8 @@ def test_ssh_box_leg_carries_remote_lnk(home: Path) -> None:
     box = boxes.Box(name="b", destination="me@h", remote_lnk="$HOME/.local/bin/lnk")
     leg = box.leg()
     assert isinstance(leg, SshLeg)
-    assert leg.remote_command(["version"]) == "$HOME/.local/bin/lnk version"
+    assert leg.remote_command(["version"]) == "$HOME/.local/bin/lnk --errors json version"
+    assert leg.remote_command(["version"], bare=True) == "$HOME/.local/bin/lnk version"
 
 
 def test_needs_install() -> None:

@@ -16,7 +16,7 @@ from hosts import Hosts
 from lnk import __version__
 from lnk.errors import InvalidInput, LnkError, NotFound, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
-from lnk.transport.legs import Leg, SshLeg, pipe
+from lnk.transport.legs import Leg, SshLeg, error_line, pipe
 
 SIZE = 64 << 20
 CHUNK = 1 << 20
@@ -83,7 +83,8 @@ def test_arguments_arrive_unchanged(leg: tuple[Leg, Path]) -> None:
     for odd in ["it's", "$HOME", "a b", "x;true", "`x`", "*", '"q"', "-h"]:
         r = place.run(["box", "remove", "--", odd], check=False)
         assert r.returncode == InvalidInput.exit_code, r.stderr
-        assert f"{odd!r} is not a valid agent name" in r.stderr.decode()
+        err = error_line(r.stderr.decode())
+        assert err is not None and err["message"] == f"{odd!r} is not a valid agent name"
 
 
 def test_stream_64mib_both_ways(leg: tuple[Leg, Path], tmp_path: Path) -> None:
@@ -191,5 +192,5 @@ def test_remote_command_quotes_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
         "/my dir/cfg",
         "box1",
         "--",
-        "env HOME=/x python3 -m lnk agent 'it'\"'\"'s' '$HOME'",
+        "env HOME=/x python3 -m lnk --errors json agent 'it'\"'\"'s' '$HOME'",
     ]

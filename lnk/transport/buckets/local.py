@@ -4,6 +4,10 @@ Objects are files under the folder; a put writes a temporary file in
 ``<root>/.lnk-tmp/``, fsyncs it and renames it into place, so a reader sees the
 old file or the new one.  Labels live in ``.<name>.lnk-labels.json`` beside
 the folder (outside it, as a bucket's labels are outside its objects).
+
+A local bucket never writes into a folder that is something else: a new
+repository (its ``config``) or a first label is refused in a folder that holds
+anything and is not an lnk repository (a URL that named someone's HOME).
 """
 
 from __future__ import annotations
@@ -42,8 +46,23 @@ class LocalBucket(Bucket):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
+    def _check_ours(self) -> None:
+        """Refuse a non-empty folder that is not an lnk repository."""
+        if (self.root / "config").is_file() or self.labels_file.exists():
+            return
+        with os.scandir(self.root) as it:
+            other = next((e.name for e in it if e.name != _TMP), None)
+        if other is not None:
+            raise Refused(
+                f"{self.root} holds other things ({other!r}) and is not an lnk repository; "
+                "a local bucket never writes into it",
+                hint=f"name an empty folder (mkdir {self.root}-lnk) or an existing lnk bucket",
+            )
+
     def put(self, key: str, data: bytes) -> None:
         self._need_root()
+        if key == "config":  # a repository begins here
+            self._check_ours()
         target = self._path(key)
         if key.split("/")[0] == _TMP:
             raise Refused(f"the key {key!r} is reserved in {self.url}")
@@ -149,6 +168,8 @@ class LocalBucket(Bucket):
     def set_label(self, name: str, value: str) -> None:
         check_label(name, value)
         current = self.labels()
+        if not current:
+            self._check_ours()
         current[name] = value
         tmp = self.labels_file.with_name(self.labels_file.name + f".{secrets.token_hex(4)}")
         try:

@@ -1,0 +1,246 @@
+"""Whose word counts when an agent arrives: the receiving machine decides, the stream informs.
+
+A stream (or a backup snapshot) is written by the machine the agent leaves.
+When that is a box, the box would otherwise choose what the agent may do on
+your computer.  So of what a stream carries, :data:`TABLE` says what it may
+set, what the receiving machine keeps as its own, and what is dropped and
+named.  docs/stream-format.md ("Whose word counts") is the same table.
+
+Grants follow one rule (decisions.txt, "The agent's grants"):
+
+1. the computer running ``lnk agent move`` sends the agent's grants when the
+   agent leaves it (at ``state-receive --prepare --grants -``, never in the
+   stream): they are applied as they are;
+2. an agent coming back keeps the grants it has here: a live copy's, or those
+   remembered when it moved away (``~/.lnk/moved/<id>.local.toml``, beside
+   the moved note, which no sandbox reaches);
+3. one arriving any other way gets the stream's minus the wide ones, each
+   named as the ``lnk agent allow`` flag that gives it here.
+
+Everything not taken from the stream is reported, with the command that
+would restore it here (``lnk agent start --no-sandbox`` for the sandbox).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from lnk.agents.grants import filter_from_stream, parse
+from lnk.agents.layout import Machine
+from lnk.agents.settings import ModelSettings, Settings, write_toml_atomic
+from lnk.errors import InvalidInput
+
+# where each setting's word comes from
+STREAM = "stream"  # the stream (or snapshot) sets it
+HERE = "here"  # the receiving machine keeps its own
+RULE = "rule"  # grants: see the module's docstring
+NEVER = "never"  # never carried: dropped and named
+
+
+@dataclass(frozen=True)
+class Rule:
+    setting: str
+    word: str  # STREAM, HERE, RULE or NEVER
+    why: str
+
+
+TABLE: tuple[Rule, ...] = (
+    Rule(
+        "id, name, owner",
+        STREAM,
+        "who the agent is; an account's agent is refused unless "
+        "this machine is signed in as that account",
+    ),
+    Rule("harness", STREAM, "the program that runs the agent"),
+    Rule("turns (renew, lapse)", STREAM, "how long a turn holds the agent"),
+    Rule("store", HERE, "the collections' driver here: --store, the live copy's, or files"),
+    Rule("ports", HERE, "a block free on this machine (the live copy's if it has one)"),
+    Rule(
+        "sandbox",
+        HERE,
+        "a stream never turns it off: an agent new here arrives sandboxed; "
+        "only a person turns it off here (lnk agent start --no-sandbox)",
+    ),
+    Rule(
+        "model",
+        HERE,
+        "each machine keeps a model it can reach; a model's base_url and "
+        "key_env never come from a stream",
+    ),
+    Rule(
+        "grants (Config/sandbox.toml)",
+        RULE,
+        "the mover's when the agent leaves it; the "
+        "grants it has here when it comes back; else the stream's minus the wide ones",
+    ),
+    Rule("harness grants", NEVER, "granted here for what the harness asks for here"),
+)
+
+
+def table() -> list[dict[str, str]]:
+    return [{"setting": r.setting, "word": r.word, "why": r.why} for r in TABLE]
+
+
+@dataclass
+class Arrival:
+    """What the receiving machine writes, and what of the stream it did not take."""
+
+    settings: Settings
+    grants: str | None  # the text of Config/sandbox.toml; None leaves the file as it is
+    grants_from: str  # "mover", "here" or "stream"
+    dropped: list[str] = field(default_factory=list)  # grants, as lnk agent allow flags
+    kept_here: list[dict[str, str]] = field(default_factory=list)
+
+
+# ---- what a machine remembers of an agent that moved away ---------------------------
+def _record(machine: Machine, agent_id: str) -> Path:
+    return machine.state_dir / "moved" / f"{agent_id}.local.toml"
+
+
+def remember(machine: Machine, settings: Settings, grants_file: Path) -> None:
+    """Before the agent leaves: keep what this machine decided for it, for its return."""
+    data: dict[str, Any] = {
+        "sandbox": settings.sandbox,
+        "model": settings.model.__dict__.copy(),
+    }
+    with contextlib.suppress(OSError):
+        data["grants"] = grants_file.read_text()
+    write_toml_atomic(_record(machine, settings.id), data)
+
+
+def forget(machine: Machine, agent_id: str) -> None:
+    """The agent is back: what was remembered of it is in its files again."""
+    _record(machine, agent_id).unlink(missing_ok=True)
+
+
+def _remembered(machine: Machine, agent_id: str) -> dict[str, Any]:
+    try:
+        with open(_record(machine, agent_id), "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        data = {}
+    if "grants" not in data:
+        # a note from before the record: the grants file kept with the agent's folders
+        kept = _kept_folder(machine, agent_id)
+        if kept is not None:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                data["grants"] = (kept / "Config" / "sandbox.toml").read_text()
+    return data
+
+
+def _kept_folder(machine: Machine, agent_id: str) -> Path | None:
+    try:
+        note = json.loads((machine.state_dir / "moved" / f"{agent_id}.json").read_text())
+        kept = Path(note["kept"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return kept if kept.is_dir() else None
+
+
+# ---- deciding ----------------------------------------------------------------------
+def arrive(
+    machine: Machine,
+    stream: Settings,
+    stream_grants: str,
+    here: Settings | None,
+    mover_grants: str | None,
+) -> Arrival:
+    """The settings and grants an arriving agent gets here.
+
+    ``stream`` is the stream's settings (validated), ``here`` the live copy's if the
+    agent lives here, ``mover_grants`` what the computer running the move sent.
+    """
+    old = _remembered(machine, stream.id) if here is None else {}
+    sandbox = here.sandbox if here is not None else bool(old.get("sandbox", True))
+    if here is not None:
+        model = here.model
+    elif isinstance(old.get("model"), dict):
+        model = _model(old["model"])
+    else:
+        model = ModelSettings()
+    s = replace(stream, sandbox=sandbox, model=model)
+    kept: list[dict[str, str]] = []
+    name = stream.name
+    if not stream.sandbox and s.sandbox:
+        kept.append(
+            {
+                "setting": "sandbox",
+                "stream": "false",
+                "here": "true",
+                "restore": f"lnk agent start --no-sandbox --agent {name}",
+            }
+        )
+    if stream.model != model:
+        kept.append(
+            {
+                "setting": "model",
+                "stream": describe_model(stream.model),
+                "here": describe_model(model),
+                "restore": f"set [model] by hand in ~/.config/lnk/agents/{name}.toml",
+            }
+        )
+    if mover_grants is not None:
+        parse(mover_grants, "the grants the mover sent")
+        return Arrival(s, mover_grants, "mover", [], kept)
+    if here is not None:
+        return Arrival(s, None, "here", [], kept)
+    if isinstance(old.get("grants"), str):
+        return Arrival(s, old["grants"], "here", [], kept)
+    if not stream_grants.strip():
+        return Arrival(s, None, "stream", [], kept)
+    f = filter_from_stream(stream_grants)
+    return Arrival(s, f.to_toml(), "stream", f.dropped, kept)
+
+
+def _model(d: dict[str, Any]) -> ModelSettings:
+    known = ModelSettings.__dataclass_fields__
+    return ModelSettings(**{k: str(v) for k, v in d.items() if k in known})
+
+
+def describe_model(m: ModelSettings) -> str:
+    if m.provider == "offline":
+        return "offline (built in)"
+    return (
+        f"{m.provider} {m.name or '(no name)'} at {m.base_url or '(no URL)'}, key from ${m.key_env}"
+    )
+
+
+def mover_grants(raw: bytes) -> str:
+    """The grants a mover sent at prepare: UTF-8 TOML within the grants' limit."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:
+        raise InvalidInput(
+            "the grants sent with --grants are not UTF-8", hint="send Config/sandbox.toml as it is"
+        ) from e
+    parse(text, "the grants sent with --grants")
+    return text
+
+
+def grants_to_send(grants_file: Path) -> str:
+    """What the computer running a move sends as the agent's grants: its file, as it is."""
+    try:
+        return grants_file.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def kept_lines(arrival_kept: list[dict[str, str]], dropped: list[str], agent: str) -> list[str]:
+    """The person's lines for what was not taken from the stream (text not yet escaped)."""
+    lines = []
+    for k in arrival_kept:
+        lines.append(
+            f"kept this machine's {k['setting']} ({k['here']}), not the stream's "
+            f"({k['stream']}); to change it: {k['restore']}"
+        )
+    for flag in dropped:
+        lines.append(
+            f"not granted here (the stream asked for it): {flag}; "
+            f"lnk agent allow {flag} --agent {agent} gives it"
+        )
+    return lines

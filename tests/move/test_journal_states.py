@@ -1,0 +1,70 @@
+"""The move journal is a state machine: one step forward at a time, nothing else."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from lnk.agents.layout import Machine
+from lnk.errors import Refused
+from lnk.move import journal
+from lnk.move.journal import PHASES, TRANSITIONS, check_step
+
+
+def _entry(home: Path) -> journal.Entry:
+    return journal.new_entry(Machine(home), agent="a", agent_id="ag-x", src="here", dst="b")
+
+
+def test_the_happy_path_walks_every_phase_once(home: Path) -> None:
+    e = _entry(home)
+    for phase in PHASES[1:]:
+        e.set(phase=phase)
+        assert json.loads(e.path.read_text())["phase"] == phase  # type: ignore[union-attr]
+    e.remove()
+
+
+@pytest.mark.parametrize("old,new", list(itertools.product(PHASES, PHASES)))
+def test_only_the_table_s_arrows_are_allowed(old: str, new: str) -> None:
+    if new in TRANSITIONS[old]:
+        check_step(old, new)
+    else:
+        with pytest.raises(Refused, match=f"from {old} to {new}"):
+            check_step(old, new)
+
+
+def test_backwards_and_sideways_are_refused_and_not_written(home: Path) -> None:
+    e = _entry(home)
+    e.set(phase="prepared")
+    e.set(phase="bulk-sent")
+    for bad in ("prepared", "started", "committed", "cleaned", "nonsense"):
+        with pytest.raises(Refused):
+            e.set(phase=bad)
+    assert json.loads(e.path.read_text())["phase"] == "bulk-sent"  # type: ignore[union-attr]
+
+
+def test_a_failed_move_only_goes_on_once_committed(home: Path) -> None:
+    e = _entry(home)
+    e.set(phase="prepared")
+    e.set(failed="the box went away")
+    with pytest.raises(Refused):
+        e.set(phase="bulk-sent")
+    with pytest.raises(Refused):
+        e.set(failed=None)
+    f = _entry(home)
+    for phase in ("prepared", "bulk-sent", "paused", "committed"):
+        f.set(phase=phase)
+    f.set(failed="the mover was killed")
+    f.set(failed=None)  # committed: the only way left is forward
+    f.set(phase="answering")
+
+
+def test_an_entry_with_an_unknown_phase_is_not_loaded(home: Path) -> None:
+    e = _entry(home)
+    assert e.path is not None
+    data = json.loads(e.path.read_text())
+    data["phase"] = "teleported"
+    e.path.write_text(json.dumps(data))
+    assert journal.entries(Machine(home)) == []
