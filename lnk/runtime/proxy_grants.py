@@ -34,7 +34,11 @@ def change(agent: Agent, changes: list[tuple[str, str]], *, allow: bool) -> list
     for flag, value in changes:
         notes.append(grants.change(spec, flag, value, allow=allow))
     if agent.settings.sandbox:
-        bwrap.file_grants(agent, spec.read, spec.write)  # refuses what the sandbox can't hold
+        if allow:  # a new grant of a folder names one that exists
+            new = {f: [v for g, v in changes if g == f] for f in ("read", "write")}
+            bwrap.file_grants(agent, new["read"], new["write"])
+        # and the file as a whole is one the sandbox can hold (never what it hides)
+        bwrap.file_grants(agent, spec.read, spec.write, strict=False)
     grants.write_spec(path, spec)
     when = (
         "at once (the proxy re-reads them)"

@@ -187,8 +187,9 @@ class Runner:
                 "--port",
                 str(port),
             ]
+        python = bwrap.sandbox_python()
         inner = [
-            sys.executable,
+            python,
             "-m",
             "lnk.harness",
             "serve",
@@ -201,7 +202,7 @@ class Runner:
         ]
         # first in the sandbox: the relay to the agent's proxy, then the harness
         relay = [
-            sys.executable,
+            python,
             "-S",  # no site: the relay needs the standard library and lnk (PYTHONPATH) alone
             "-m",
             "lnk.sandbox.inrelay",

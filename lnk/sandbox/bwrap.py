@@ -116,6 +116,15 @@ def python_paths() -> list[str]:
     return out
 
 
+def sandbox_python() -> str:
+    """This Python as the sandbox can run it: its own path where the sandbox shows that
+    (a virtualenv's, under its prefix), else the program it links to."""
+    exe = sys.executable
+    if _under(exe, ["/usr", *python_paths()]):
+        return exe
+    return os.path.realpath(exe)
+
+
 def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, str]:
     import lnk
 
@@ -146,7 +155,7 @@ def _refuse_path(agent: Agent, flag: str, given: str, why: str) -> Refused:
 
 
 def file_grants(
-    agent: Agent, read: list[str], write: list[str]
+    agent: Agent, read: list[str], write: list[str], *, strict: bool = True
 ) -> tuple[list[str], list[str], list[str]]:
     """``[files]`` grants as bwrap arguments: (outside the agent's folders, covers, inside Home).
 
@@ -156,6 +165,10 @@ def file_grants(
     system mount is refused, and what a wider grant holds of the hidden
     paths is covered with an empty tmpfs.  A later grant of a path wins (a
     ``--write`` over a ``--read``).
+
+    ``strict`` (``lnk agent allow``) refuses a path that doesn't exist; at a
+    start a missing folder of the agent's Home is made, and a missing one of
+    yours shows nothing (there is nothing to show, so nothing is widened).
     """
     home = os.path.realpath(agent.folders.home)
     hidden = _hidden(agent)
@@ -182,7 +195,11 @@ def file_grants(
                     agent, flag, given, "is under what the sandbox hides (~/.ssh, ~/.config, ...)"
                 )
             if not os.path.exists(real):
-                raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
+                if strict:
+                    raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
+                if not in_home:
+                    continue
+                os.makedirs(real, exist_ok=True)  # the agent's own folder, as granted
             dest = path if given.startswith(("~", "/")) else real
             (inside_binds if in_home else outside_binds).append((opt, real, dest))
             for h in hidden:
@@ -224,7 +241,7 @@ def bwrap_argv(
     if not inner_cmd or inner_cmd[0].startswith("-"):
         raise ValueError("the sandboxed command must be a program and its arguments")
     folders = agent.folders
-    outside, covers, inside = file_grants(agent, files[0], files[1])
+    outside, covers, inside = file_grants(agent, files[0], files[1], strict=False)
     a: list[str] = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
     if network_mode == "host":
         a.append("--share-net")
