@@ -33,10 +33,11 @@ from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
 from lnk.backup import agent_keys
 from lnk.backup.filecache import ChunkCache
+from lnk.backup.maintenance import PruneReport, RepairReport, check_keep, prune, repair
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.backup.writer import SnapshotWriter
-from lnk.errors import BackupError, FormatMismatch, NotFound, Refused
+from lnk.errors import BackupError, FormatMismatch, LnkError, NotFound, Refused
 from lnk.payload import manifest as M
 from lnk.payload.walk import HashCache, WalkStats, walk_agent
 from lnk.transport.buckets import Bucket, open_bucket
@@ -66,9 +67,14 @@ class BackupReport:
     new_blobs: int = 0
     labelled: bool = False
     label_problem: str | None = None
+    created_key: bool = False  # this run made the owner's backup key pair
+    key_note: str | None = None  # what to tell the owner about it, once
+    pruned: PruneReport | None = None  # with ``keep``: the prune that followed
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["pruned"] = self.pruned.forgotten if self.pruned else None
+        return d
 
 
 class _Hashing:
@@ -90,17 +96,22 @@ class _Hashing:
 def open_for_writing(machine: Machine, bucket: Bucket, url: str) -> tuple[Repository, bool]:
     """The repository in ``bucket`` opened to write (made on first use), and whether it
     was made now.  The writer secret is remembered here by the repository's ID."""
-    keys = agent_keys.ensure(machine)
+    return _open_for_writing(machine, bucket, url, agent_keys.ensure(machine))
+
+
+def _open_for_writing(
+    machine: Machine, bucket: Bucket, url: str, keys: agent_keys.BackupKeys
+) -> tuple[Repository, bool]:
     if not bucket.exists("config"):
         repo = Repository.init(bucket, keys.public)
         agent_keys.remember(machine, repo.id, repo.writer_secret, url)
         return repo, True
-    repo = Repository.open(bucket)  # reads the config alone: learns the ID
-    secret = keys.secret_for(repo.id)
+    plain = Repository.open(bucket)  # reads the config (once): learns the ID
+    secret = keys.secret_for(plain.id)
     if secret is not None:
-        repo = Repository.open(bucket, writer_secret=secret)
+        repo = plain.unlock(writer_secret=secret)
     elif keys.private is not None:
-        repo = Repository.open(bucket, receiver_key=keys.private)
+        repo = plain.unlock(receiver_key=keys.private)
     else:
         raise Refused(
             f"this machine holds no writer secret for the repository in {url}",
@@ -122,21 +133,32 @@ def open_for_reading(machine: Machine, bucket: Bucket, url: str) -> Repository:
     return repo
 
 
-def open_for_listing(machine: Machine, bucket: Bucket, url: str) -> Repository:
-    """Writer secret or private key: enough to list, verify and prune."""
+def open_for_listing(
+    machine: Machine, bucket: Bucket, url: str, *, prefer_private: bool = False
+) -> Repository:
+    """Writer secret or private key: enough to list, verify and prune (with
+    ``prefer_private``, the private key where it is here: a repair reads data)."""
     keys = agent_keys.load(machine)
     if keys is None:
         raise Refused("this machine has no backup key", hint=agent_keys.IMPORT_HINT)
-    repo = Repository.open(bucket)
-    secret = keys.secret_for(repo.id)
-    if secret is not None:
-        return Repository.open(bucket, writer_secret=secret)
+    plain = Repository.open(bucket)
+    secret = keys.secret_for(plain.id)
+    if secret is not None and not (prefer_private and keys.private is not None):
+        return plain.unlock(writer_secret=secret)
     if keys.private is not None:
-        return open_for_reading(machine, bucket, url)
+        repo = plain.unlock(receiver_key=keys.private)
+        agent_keys.remember(machine, repo.id, repo.writer_secret, url)
+        return repo
     raise Refused(
         f"this machine holds no writer secret for the repository in {url}",
         hint=agent_keys.IMPORT_HINT,
     )
+
+
+def repair_repository(machine: Machine, url: str) -> RepairReport:
+    """``lnk agent backup repair``: the repository at ``url`` opened with the strongest
+    key here (the owner's, to salvage blobs), then :func:`maintenance.repair`."""
+    return repair(open_for_listing(machine, open_bucket(url), url, prefer_private=True))
 
 
 # ---- labels -----------------------------------------------------------------------
@@ -176,15 +198,23 @@ def backup_agent(
     progress: Callable[[int], None] | None = None,
     layout: int = 2,
     time: datetime | None = None,
+    keep: dict[str, int] | None = None,
 ) -> BackupReport:
-    """Back the agent up to ``url`` as one snapshot (the agent may keep running).
+    """Back the agent up to ``url`` as one snapshot (the agent may keep running);
+    with ``keep`` (retention rules), prune after it with the same handle.
 
     ``layout=1`` writes the older layout (everything inside Home/, no collections,
     no label): for tests and migration tools only."""
+    if keep:
+        check_keep(keep)  # a bad policy fails before the backup, not after
     bucket = bucket or open_bucket(url)
-    repo, created = open_for_writing(machine, bucket, url)
+    keys = agent_keys.ensure(machine)
+    repo, created = _open_for_writing(machine, bucket, url, keys)
     s = agent.settings
     report = BackupReport(url, s.name, s.id, "", repo.id, created)
+    if keys.created:
+        report.created_key = True
+        report.key_note = agent_keys.created_note(machine)
     if layout == 2:
         try:
             label_bucket(bucket)
@@ -239,7 +269,32 @@ def backup_agent(
         cache.close()
         chunks.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
+    if keep:
+        report.pruned = prune(repo, keep)
     return report
+
+
+def run_backup(
+    machine: Machine,
+    agent: Agent,
+    url: str,
+    *,
+    keep: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BackupReport:
+    """``lnk agent backup``: parse the retention ``keep`` (``daily=7,...``), back up,
+    prune with it, and record the run's result for ``lnk agent status`` (a failure
+    too, then re-raised)."""
+    from lnk.backup.schedule import parse_keep, record_result
+
+    rules = parse_keep(keep)
+    try:
+        rep = backup_agent(machine, agent, url, progress=progress, keep=rules)
+    except LnkError as e:
+        record_result(agent, False, e.message, url=url)
+        raise
+    record_result(agent, True, snapshot=rep.snapshot, url=url)
+    return rep
 
 
 def _add_files(

@@ -20,10 +20,13 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import tomli_w
 
+from lnk.agents.backup_key import EXPORT_COMMAND, EXPORTED
+from lnk.agents.backup_key import key_dir as key_dir
 from lnk.agents.layout import Machine
 from lnk.errors import InvalidInput, Refused
 from lnk.formats.keys import PublicKey, ReceiverKey, parse_public_key
@@ -33,10 +36,6 @@ IMPORT_HINT = (
     "on the machine that made the backups run `lnk backup key export > key`, "
     "then here `lnk backup key import < key`"
 )
-
-
-def key_dir(machine: Machine) -> Path:
-    return machine.config_dir / "backup"
 
 
 @dataclass
@@ -53,6 +52,7 @@ class BackupKeys:
     public: PublicKey
     private: ReceiverKey | None = None
     repos: dict[str, RepoSecret] = field(default_factory=dict)
+    created: bool = False  # the pair was made just now, by :func:`ensure`
 
     def secret_for(self, repo_id: str) -> bytes | None:
         r = self.repos.get(repo_id)
@@ -122,7 +122,26 @@ def ensure(machine: Machine) -> BackupKeys:
     _write_private(key_dir(machine) / "owner.key", key.seed.hex() + "\n")
     _write_private(key_dir(machine) / "owner.pub", key.public.text() + "\n")
     os.chmod(key_dir(machine) / "owner.pub", 0o644)
-    return BackupKeys(key.public, key, {})
+    return BackupKeys(key.public, key, {}, created=True)
+
+
+def created_note(machine: Machine) -> str:
+    """What a run that made the owner's key pair says, once."""
+    return (
+        f"made your backup key pair in {key_dir(machine)}; restoring anywhere else "
+        f"(a new machine, after this one is lost) needs its private half: run "
+        f"`{EXPORT_COMMAND}` now and keep that file safe"
+    )
+
+
+def export(machine: Machine, include_private: bool = True) -> str:
+    """The key as text (see :func:`export_text`); an export with the private key is
+    remembered (``exported``), which stops ``lnk agent status`` warning."""
+    keys = ensure(machine)
+    text = export_text(keys, include_private)
+    if include_private and keys.private is not None:
+        (key_dir(machine) / EXPORTED).write_text(datetime.now(UTC).isoformat() + "\n")
+    return text
 
 
 def remember(machine: Machine, repo_id: str, secret: bytes, url: str) -> None:

@@ -7,12 +7,16 @@ owner's private key: a pack's SHA-256, kept in its index, proves its bytes.
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from lnk.backup.locks import holder_gone
 from lnk.backup.pack import pack_key
-from lnk.backup.repository import Repository, SnapshotInfo
-from lnk.errors import InvalidInput, LnkError
+from lnk.backup.repository import BlobRef, Repository, SnapshotInfo
+from lnk.errors import InvalidInput, LnkError, NotFound
 
 RULES = ("last", "hourly", "daily", "weekly", "monthly", "yearly")
 LOCK_STALE = timedelta(hours=1)
@@ -25,10 +29,23 @@ class VerifyReport:
     packs: int = 0
     packs_read: int = 0
     problems: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # packs recorded damaged by this run
+    healed: list[str] = field(default_factory=list)  # damaged packs whose blobs are stored again
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "snapshots": self.snapshots,
+            "packs": self.packs,
+            "packs_read": self.packs_read,
+            "problems": self.problems,
+            "damaged": self.damaged,
+            "healed": self.healed,
+        }
 
 
 @dataclass
@@ -37,16 +54,31 @@ class PruneReport:
     forgotten: list[str] = field(default_factory=list)
     deleted_packs: list[str] = field(default_factory=list)
     deferred: bool = False  # a backup was in progress: no pack deleted
+    cleared_locks: list[str] = field(default_factory=list)  # left by a process that is gone
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kept": self.kept,
+            "forgotten": self.forgotten,
+            "deleted_packs": self.deleted_packs,
+            "deferred": self.deferred,
+            "cleared_locks": self.cleared_locks,
+        }
 
 
-def verify(repo: Repository, read_data: bool = False) -> VerifyReport:
-    """Check that every snapshot's packs and indexes are there and intact.
+def verify(repo: Repository, read_data: bool = False, *, record: bool = True) -> VerifyReport:
+    """Check that every pack a snapshot needs is there, with the size its index says
+    (a listing: no pack is downloaded), and its index opens.
 
-    With ``read_data`` every referenced pack is downloaded and its SHA-256
-    compared with its index."""
+    With ``read_data`` every such pack is also downloaded and its SHA-256 compared with
+    its index.  A pack found missing, short or corrupted is recorded
+    (``damaged/<pack>``, unless ``record`` is false): the next backup then stores its
+    blobs again and readers look for them elsewhere.  A damaged pack every blob of
+    which is stored again elsewhere is *healed*: no longer a problem."""
     report = VerifyReport()
     sizes = {k.rsplit("/", 1)[1]: n for k, n in repo.bucket.list("data/")}
-    indexed = {k.split("/", 1)[1] for k, _ in repo.bucket.list("index/")}
+    indexed = set(repo.index_names())
+    damaged = repo.damaged_packs()
     needed: set[str] = set()
     for key, _ in repo.bucket.list("snapshots/"):
         report.snapshots += 1
@@ -54,37 +86,143 @@ def verify(repo: Repository, read_data: bool = False) -> VerifyReport:
             needed.update(repo.snapshot(key.split("/", 1)[1]).packs)
         except LnkError as e:
             report.problems.append(f"{key}: {e.message}")
+    indexes = repo.read_indexes(sorted(needed & indexed), missing_ok=True)
+    bad: dict[str, str] = {}  # pack -> what is wrong, found now
     for pack in sorted(needed):
         report.packs += 1
+        index = indexes.get(pack)
+        if pack in damaged:
+            continue  # recorded before: judged below by whether its blobs have copies
         if pack not in sizes:
-            report.problems.append(f"pack {pack} is missing")
+            bad[pack] = "is missing"
             continue
-        if pack not in indexed:
+        if index is None:
             report.problems.append(f"index/{pack} is missing")
             continue
-        try:
-            index = repo.read_index(pack)
-        except LnkError as e:
-            report.problems.append(f"index/{pack}: {e.message}")
-            continue
         if int(index["size"]) != sizes[pack]:
-            report.problems.append(
-                f"pack {pack} is {sizes[pack]} bytes, its index says {index['size']}"
-            )
+            bad[pack] = f"is {sizes[pack]} bytes, its index says {index['size']}"
             continue
         if read_data:
             report.packs_read += 1
             if hashlib.sha256(repo.bucket.get(pack_key(pack))).hexdigest() != index["sha256"]:
-                report.problems.append(f"pack {pack} is corrupted (its SHA-256 does not match)")
+                bad[pack] = "is corrupted (its SHA-256 does not match)"
+    for pack, why in bad.items():
+        if record:
+            repo.mark_damaged(pack, why)
+            report.damaged.append(pack)
+        report.problems.append(
+            f"pack {pack} {why}"
+            + ("; recorded: the next backup stores its blobs again" if record else "")
+        )
+    healthy = repo.load_index(skip_damaged=True, missing_ok=True) if needed & damaged else {}
+    for pack in sorted(needed & damaged):
+        index = indexes.get(pack)
+        if index is not None and not _unhealed(index, healthy):
+            report.healed.append(pack)
+        else:
+            why = "is missing" if pack not in sizes else _recorded_reason(repo, pack)
+            report.problems.append(
+                f"pack {pack} {why}, and some of its blobs are stored nowhere else "
+                "(back up again, or run repair with the owner's key)"
+            )
     return report
 
 
-def select(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
-    """IDs of the snapshots ``keep`` keeps (restic-like rules).
+@dataclass
+class RepairReport:
+    verify: VerifyReport
+    salvaged: int = 0  # blobs of damaged packs stored again from their intact copies
+    lost: int = 0  # blobs no pack holds intact: a backup of their source stores them again
+    needs_key: bool = False  # salvaging needs the owner's private key, absent here
+    damaged: list[str] = field(default_factory=list)  # packs this repair found damaged
 
-    ``last: n`` keeps the n newest; ``daily: n`` the newest snapshot of each
-    of the n newest days that have one; likewise hourly, weekly (ISO weeks),
-    monthly and yearly.  A snapshot kept by any rule is kept."""
+    def to_json(self) -> dict[str, object]:
+        return {
+            "verify": self.verify.to_json(),
+            "damaged": self.damaged,
+            "salvaged": self.salvaged,
+            "lost": self.lost,
+            "needs_key": self.needs_key,
+        }
+
+
+def repair(repo: Repository) -> RepairReport:
+    """``verify --read-data`` (recording every damaged pack), then, with the owner's
+    key, store again every blob of a damaged pack that no other pack holds and that
+    still opens (each blob authenticates on its own: one flipped byte loses one
+    blob, not the pack).  What is lost stays a problem until a backup of its source
+    stores it again."""
+    from lnk.backup.reader import SnapshotReader
+    from lnk.backup.writer import SnapshotWriter
+
+    first = verify(repo, read_data=True)
+    report = RepairReport(first, damaged=list(first.damaged))
+    damaged = repo.damaged_packs()
+    snaps = repo.list_snapshots()
+    needers = {p: s.id for s in snaps for p in s.packs if p in damaged}
+    if not needers:
+        return report
+    if not repo.can_read:
+        report.needs_key = True
+        return report
+    healthy = repo.load_index(skip_damaged=True, missing_ok=True)
+    writer = SnapshotWriter(repo)
+    try:
+        for pack, snap in sorted(needers.items()):
+            index = repo.read_indexes([pack], missing_ok=True).get(pack)
+            if index is None:
+                continue
+            reader = SnapshotReader(repo, snap)
+            for blob_hex, kind, offset, length in index["blobs"]:
+                blob_id = bytes.fromhex(blob_hex)
+                if blob_id in healthy:
+                    continue
+                try:
+                    plain = reader.open_blob(BlobRef(pack, offset, length, kind), blob_id)
+                except (LnkError, NotFound):
+                    report.lost += 1
+                    continue
+                writer.store_blob(kind, plain)
+                healthy[blob_id] = BlobRef(pack, offset, length, kind)
+                report.salvaged += 1
+        writer.close_without_snapshot()
+    except BaseException:
+        writer.abort()
+        raise
+    report.verify = verify(repo, read_data=False)
+    return report
+
+
+def _recorded_reason(repo: Repository, pack: str) -> str:
+    try:
+        return str(repo.read_object(f"damaged/{pack}").get("reason", "is damaged"))
+    except LnkError:
+        return "is damaged"
+
+
+def _unhealed(index: dict[str, Any], healthy: Mapping[bytes, object]) -> list[str]:
+    """The blobs of a damaged pack's ``index`` that no undamaged pack holds."""
+    blobs = index.get("blobs", [])
+    assert isinstance(blobs, list)
+    return [b[0] for b in blobs if bytes.fromhex(b[0]) not in healthy]
+
+
+def replacement_packs(repo: Repository, packs: set[str]) -> set[str]:
+    """The undamaged packs that hold copies of the blobs of the damaged ``packs``:
+    a snapshot that needs a damaged pack needs those too."""
+    damaged = repo.damaged_packs() & packs
+    if not damaged:
+        return set()
+    copies = repo.blob_copies()
+    wanted: set[bytes] = set()
+    for doc in repo.read_indexes(damaged, missing_ok=True).values():
+        wanted.update(bytes.fromhex(b[0]) for b in doc["blobs"])
+    all_damaged = repo.damaged_packs()
+    return {r.pack for b in wanted for r in copies.get(b, []) if r.pack not in all_damaged}
+
+
+def check_keep(keep: dict[str, int]) -> None:
+    """InvalidInput unless ``keep`` is a policy of known rules that keeps something."""
     for name, n in keep.items():
         if name not in RULES:
             raise InvalidInput(f"unknown keep rule {name!r}", hint=f"use {', '.join(RULES)}")
@@ -94,6 +232,15 @@ def select(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
         raise InvalidInput(
             "a keep policy that keeps nothing", hint="keep at least one snapshot, e.g. {'last': 1}"
         )
+
+
+def select(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
+    """IDs of the snapshots ``keep`` keeps (restic-like rules).
+
+    ``last: n`` keeps the n newest; ``daily: n`` the newest snapshot of each
+    of the n newest days that have one; likewise hourly, weekly (ISO weeks),
+    monthly and yearly.  A snapshot kept by any rule is kept."""
+    check_keep(keep)
     newest_first = sorted(snapshots, key=lambda s: (s.time, s.id), reverse=True)
     kept: set[str] = set()
     for rule, n in keep.items():
@@ -137,7 +284,8 @@ def prune(
     kept snapshot needs.
 
     Safe beside a running backup: if any in-progress marker younger than an
-    hour exists, no pack is deleted (``deferred``), and a pack younger than
+    hour exists, no pack is deleted (``deferred``) -- except a marker left on this
+    host by a process that is gone, which is cleared at once -- and a pack younger than
     ``min_age`` (by the storage service's clock) is never deleted.  A backup
     that reused a pack deleted under it notices at its commit and fails."""
     now = now or datetime.now(UTC)
@@ -149,13 +297,23 @@ def prune(
     if not dry_run:
         for sid in report.forgotten:
             repo.bucket.delete(f"snapshots/{sid}")
-    live_locks = [i for i in repo.bucket.entries("locks/") if now - i.modified < LOCK_STALE]
+    live_locks = []
+    for info in repo.bucket.entries("locks/"):
+        if now - info.modified >= LOCK_STALE:
+            continue
+        if _lock_gone(repo, info.key):
+            report.cleared_locks.append(info.key)
+            if not dry_run:
+                repo.bucket.delete(info.key)
+            continue
+        live_locks.append(info.key)
     if live_locks:
         report.deferred = True
         return report
     needed: set[str] = set()
     for s in repo.list_snapshots() if not dry_run else [x for x in snapshots if x.id in kept]:
         needed.update(s.packs)
+    needed |= replacement_packs(repo, needed)
     for info in repo.bucket.entries("data/"):
         name = info.key.rsplit("/", 1)[1]
         if name in needed or now - info.modified < min_age:
@@ -164,9 +322,20 @@ def prune(
         if not dry_run:
             repo.bucket.delete(f"index/{name}")  # first: no new run dedupes against it
             repo.bucket.delete(info.key)
-    indexed_only = {k.split("/", 1)[1] for k, _ in repo.bucket.list("index/")}
+            repo.bucket.delete(f"damaged/{name}")
     present = {k.rsplit("/", 1)[1] for k, _ in repo.bucket.list("data/")}
-    for name in indexed_only - present - needed:
-        if not dry_run:
+    if not dry_run:
+        for name in set(repo.index_names()) - present - needed:
             repo.bucket.delete(f"index/{name}")  # an index whose pack never landed
+        for name in repo.damaged_packs() - present - needed:
+            repo.bucket.delete(f"damaged/{name}")
     return report
+
+
+def _lock_gone(repo: Repository, key: str) -> bool:
+    """Whether the lock ``key`` was left by a process on this host that is gone."""
+    try:
+        doc = json.loads(repo.bucket.get(key))
+    except (NotFound, ValueError):
+        return False
+    return isinstance(doc, dict) and holder_gone(doc)

@@ -51,11 +51,14 @@ class SnapshotReader:
                 hint="use the backup key the repository was made for",
             )
         if repo.receiver is None:
-            repo = Repository.open(repo.bucket, receiver_key=key)
+            repo = repo.unlock(receiver_key=key)
         self.repo = repo
         self.key = key
         self.info = repo.snapshot(snapshot_id)
-        self.index: dict[bytes, BlobRef] = repo.load_index(list(self.info.packs))
+        # the snapshot's own packs; a blob missing there or failing to open is looked
+        # for in every other pack (a backup after a verify may have stored it again)
+        self.index: dict[bytes, BlobRef] = repo.load_index(self.info.packs, missing_ok=True)
+        self._copies: dict[bytes, list[BlobRef]] | None = None
         self._data_keys: dict[bytes, bytes] = {}
         self._pack_name: str | None = None
         self._pack: bytes = b""
@@ -85,16 +88,40 @@ class SnapshotReader:
     def chunk(self, blob_hex: str, kind: str = "data") -> bytes:
         blob_id = bytes.fromhex(blob_hex)
         ref = self.index.get(blob_id)
-        if ref is None or ref.kind != kind:
+        first: BackupError | None = None
+        if ref is not None and ref.kind == kind:
+            try:
+                return self.open_blob(ref, blob_id)
+            except (BackupError, NotFound) as e:
+                first = e if isinstance(e, BackupError) else BackupError(e.message)
+        if self._copies is None:
+            self._copies = self.repo.blob_copies()
+        for other in self._copies.get(blob_id, []):
+            if other == ref or other.kind != kind:
+                continue
+            try:
+                plain = self.open_blob(other, blob_id)
+            except (BackupError, NotFound):
+                continue
+            self.index[blob_id] = other
+            return plain
+        if first is not None:
             raise BackupError(
-                f"snapshot {self.info.id} needs a blob no index lists",
-                hint="run a verify; the repository is missing data",
+                f"snapshot {self.info.id} needs a blob that is damaged ({first.message})",
+                hint="run lnk agent backup verify --read-data, then back up again to store it anew",
             )
+        raise BackupError(
+            f"snapshot {self.info.id} needs a blob no index lists",
+            hint="run a verify; the repository is missing data",
+        )
+
+    def open_blob(self, ref: BlobRef, blob_id: bytes) -> bytes:
+        """The plaintext of the blob ``blob_id`` stored at ``ref`` (authenticated)."""
         pack = self._load_pack(ref.pack)
         data_key = self._data_key(pack, ref.pack)
         sealed = pack[ref.offset : ref.offset + ref.length]
         plain = crypto.decrypt(
-            data_key, sealed, blob_aad(self.repo, kind, blob_id), f"a blob of pack {ref.pack}"
+            data_key, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"
         )
         if plain[:1] == b"\x01":
             return self._dctx.decompress(plain[1:])

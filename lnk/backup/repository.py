@@ -8,6 +8,8 @@ Objects (all under the bucket URL's prefix)::
     index/<name>              which blobs pack <name> holds (index key)
     snapshots/<id>            one per finished backup: the commit (index key)
     locks/<run>               an in-progress backup (plaintext, tiny)
+    damaged/<name>            pack <name> failed a verify (index key): its blobs
+                              are stored again by the next backup or repair
 
 See docs/backup-format.md for the byte layouts and the commit order.
 """
@@ -19,7 +21,8 @@ import hmac
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +39,7 @@ VERSION = 1
 CHUNK_SIZE = 1024 * 1024
 PACK_SIZE = 16 * 1024 * 1024
 ENVELOPE_MAGIC = b"LNKBKE1\n"
+FETCHERS = 8  # concurrent GETs of small objects (indexes, snapshots)
 
 
 @dataclass(frozen=True)
@@ -134,10 +138,17 @@ class Repository:
         writer_secret: bytes | None = None,
         receiver_key: ReceiverKey | None = None,
     ) -> Repository:
-        """Open the repository in ``bucket``.
+        """Open the repository in ``bucket`` (reads its config, once).
 
         With ``receiver_key`` (the owner's) the handle reads and writes; with
         only ``writer_secret`` it writes but cannot read data."""
+        return cls(bucket, cls.read_config(bucket), None, None).unlock(
+            writer_secret=writer_secret, receiver_key=receiver_key
+        )
+
+    @staticmethod
+    def read_config(bucket: Bucket) -> dict[str, Any]:
+        """The repository's plaintext config, checked for format and version."""
         try:
             raw = bucket.get("config")
         except NotFound:
@@ -157,10 +168,20 @@ class Repository:
                 f"this lnk reads {VERSION}",
                 hint="upgrade lnk",
             )
-        repo_id = str(config["id"])
+        if not isinstance(config.get("id"), str) or "owner" not in config:
+            raise BackupError(f"the config of {bucket.describe()} is damaged")
+        return dict(config)
+
+    def unlock(
+        self, *, writer_secret: bytes | None = None, receiver_key: ReceiverKey | None = None
+    ) -> Repository:
+        """A handle on the same repository (its config is not read again) with a key:
+        ``receiver_key`` (the owner's) reads and writes, ``writer_secret`` writes."""
+        bucket, config = self.bucket, self.config
+        repo_id = self.id
         master = writer_secret
         if receiver_key is not None:
-            if receiver_key.public.raw != parse_public_key(config["owner"]).raw:
+            if receiver_key.public.raw != self.owner.raw:
                 raise Refused(
                     f"this key is not the owner's key of {bucket.describe()}",
                     hint="use the backup key the repository was made for",
@@ -174,7 +195,7 @@ class Repository:
                 f"the writer secret does not belong to {bucket.describe()}",
                 hint="use the secret saved when this repository was made",
             )
-        return cls(bucket, config, master, receiver_key)
+        return Repository(bucket, config, master, receiver_key)
 
     @property
     def writer_secret(self) -> bytes:
@@ -224,16 +245,76 @@ class Repository:
     def read_index(self, pack: str) -> dict[str, Any]:
         return self.read_object(f"index/{pack}")
 
-    def load_index(self, packs: Iterator[str] | list[str] | None = None) -> dict[bytes, BlobRef]:
-        """blob id -> where it is, for ``packs`` (default: every indexed pack)."""
-        if packs is None:
-            packs = [k.split("/", 1)[1] for k, _ in self.bucket.list("index/")]
+    def index_names(self) -> list[str]:
+        return [k.split("/", 1)[1] for k, _ in self.bucket.list("index/")]
+
+    def read_indexes(
+        self, packs: Iterable[str] | None = None, *, missing_ok: bool = False
+    ) -> dict[str, dict[str, Any]]:
+        """pack -> its index document, fetched concurrently (default: every index).
+        With ``missing_ok`` an index that is gone is left out rather than an error."""
+        names = self.index_names() if packs is None else list(dict.fromkeys(packs))
+
+        def one(pack: str) -> tuple[str, dict[str, Any] | None]:
+            try:
+                return pack, self.read_index(pack)
+            except NotFound:
+                if missing_ok:
+                    return pack, None
+                raise
+
+        with ThreadPoolExecutor(FETCHERS, "lnk-backup-index") as pool:
+            return {p: d for p, d in pool.map(one, names) if d is not None}
+
+    def load_index(
+        self,
+        packs: Iterable[str] | None = None,
+        *,
+        skip_damaged: bool = False,
+        missing_ok: bool = False,
+    ) -> dict[bytes, BlobRef]:
+        """blob id -> where it is, for ``packs`` (default: every indexed pack).
+
+        A blob stored twice maps to a copy in a pack no verify found damaged; with
+        ``skip_damaged`` a blob whose every copy is in a damaged pack is left out, so
+        a writer stores it again (that is how a repository heals)."""
+        damaged = self.damaged_packs()
         found: dict[bytes, BlobRef] = {}
-        for pack in packs:
-            doc = self.read_index(pack)
+        for pack, doc in self.read_indexes(packs, missing_ok=missing_ok).items():
+            bad = pack in damaged
+            if bad and skip_damaged:
+                continue
             for blob_id, kind, offset, length in doc["blobs"]:
-                found[bytes.fromhex(blob_id)] = BlobRef(pack, offset, length, kind)
+                key = bytes.fromhex(blob_id)
+                if bad and key in found:
+                    continue
+                found[key] = BlobRef(pack, offset, length, kind)
         return found
+
+    def blob_copies(self) -> dict[bytes, list[BlobRef]]:
+        """blob id -> every copy the indexes list, copies in undamaged packs first."""
+        damaged = self.damaged_packs()
+        out: dict[bytes, list[BlobRef]] = {}
+        for pack, doc in self.read_indexes(missing_ok=True).items():
+            for blob_id, kind, offset, length in doc["blobs"]:
+                out.setdefault(bytes.fromhex(blob_id), []).append(
+                    BlobRef(pack, offset, length, kind)
+                )
+        for refs in out.values():
+            refs.sort(key=lambda r: r.pack in damaged)
+        return out
+
+    # ---- damaged packs ------------------------------------------------------
+
+    def damaged_packs(self) -> set[str]:
+        """Packs a verify found damaged or missing (``damaged/<name>``)."""
+        return {k.split("/", 1)[1] for k, _ in self.bucket.list("damaged/")}
+
+    def mark_damaged(self, pack: str, reason: str) -> None:
+        """Record that ``pack`` is damaged: the next writer stores its blobs again."""
+        key = f"damaged/{pack}"
+        doc = {"pack": pack, "reason": reason, "time": datetime.now(UTC).isoformat()}
+        self.bucket.put(key, self.seal_object(key, doc))
 
     def snapshot(self, snapshot_id: str) -> SnapshotInfo:
         try:
@@ -244,7 +325,9 @@ class Repository:
 
     def list_snapshots(self) -> list[SnapshotInfo]:
         """Every committed snapshot, oldest first."""
-        out = [self.snapshot(k.split("/", 1)[1]) for k, _ in self.bucket.list("snapshots/")]
+        names = [k.split("/", 1)[1] for k, _ in self.bucket.list("snapshots/")]
+        with ThreadPoolExecutor(FETCHERS, "lnk-backup-snap") as pool:
+            out = list(pool.map(self.snapshot, names))
         return sorted(out, key=lambda s: (s.time, s.id))
 
 

@@ -11,7 +11,7 @@ from lnk.agents.layout import Machine
 from lnk.backup.maintenance import prune, verify
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, progress_bar, say, table
-from lnk.errors import LnkError, UsageError
+from lnk.errors import UsageError
 from lnk.transport.buckets import open_bucket
 
 
@@ -50,30 +50,21 @@ def backup(
         return
     if not url:
         raise UsageError("say where to back up to", hint="lnk agent backup --to URL")
-    from lnk.backup.agent import backup_agent
-    from lnk.backup.schedule import parse_keep, record_result
+    from lnk.backup.agent import run_backup
 
     m = _machine()
     a = registry.find(m, agent_name)
-    rules = parse_keep(keep)
     bar = progress_bar(None, desc=f"backing up {a.name}")
     try:
-        rep = backup_agent(m, a, url, progress=bar.update)
-        pruned = None
-        if rules:
-            from lnk.backup.agent import open_for_listing
-
-            pruned = prune(open_for_listing(m, open_bucket(url), url), rules)
-    except LnkError as e:
-        record_result(a, False, e.message, url=url)
-        raise
+        rep = run_backup(m, a, url, keep=keep, progress=bar.update)
     finally:
         bar.close()
-    record_result(a, True, snapshot=rep.snapshot, url=url)
+    if rep.key_note:
+        say(rep.key_note)
     if rep.label_problem:
         say(rep.label_problem)
     if as_json:
-        emit_json(rep.to_json() | ({"pruned": pruned.forgotten} if pruned else {}))
+        emit_json(rep.to_json())
         return
     out(rep.snapshot)
     if not scheduled:
@@ -81,8 +72,8 @@ def backup(
             f"backed up {a.name}: {rep.files} files ({_size(rep.bytes)}), {rep.collections} "
             f"collections; {rep.new_blobs} new blobs uploaded"
         )
-    if pruned and pruned.forgotten:
-        say(f"pruned {len(pruned.forgotten)} snapshot(s)")
+    if rep.pruned and rep.pruned.forgotten:
+        say(f"pruned {len(rep.pruned.forgotten)} snapshot(s)")
 
 
 @backup.command("schedule")
@@ -147,20 +138,14 @@ def list_(url: str, as_json: bool) -> None:
 @click.option("--read-data", is_flag=True, help="download every pack and check its SHA-256")
 @json_option
 def verify_(url: str, read_data: bool, as_json: bool) -> None:
-    """Check that every snapshot's data is there (and intact, with --read-data)."""
+    """Check that every snapshot's data is there (and intact, with --read-data).
+
+    A damaged or missing pack is recorded: the next backup stores its data again."""
     from lnk.errors import BackupError
 
     rep = verify(_listing(url), read_data=read_data)
     if as_json:
-        emit_json(
-            {
-                "ok": rep.ok,
-                "snapshots": rep.snapshots,
-                "packs": rep.packs,
-                "packs_read": rep.packs_read,
-                "problems": rep.problems,
-            }
-        )
+        emit_json(rep.to_json())
     else:
         for p in rep.problems:
             out(p)
@@ -168,12 +153,39 @@ def verify_(url: str, read_data: bool, as_json: bool) -> None:
             f"{rep.snapshots} snapshots, {rep.packs} packs"
             f"{f' ({rep.packs_read} read)' if read_data else ''}: "
             f"{'ok' if rep.ok else f'{len(rep.problems)} problem(s)'}"
+            + (f"; {len(rep.healed)} damaged pack(s) healed" if rep.healed else "")
         )
     if not rep.ok:
         raise BackupError(
             f"{url} has {len(rep.problems)} problem(s)",
-            hint="back up again to store what is missing; "
-            "lnk agent backup list shows what is there",
+            hint="the damage is recorded: the next lnk agent backup stores the data "
+            f"again (or run lnk agent backup repair --from {url})",
+        )
+
+
+@backup.command("repair")
+@click.option("--from", "url", metavar="URL", required=True)
+@json_option
+def repair_(url: str, as_json: bool) -> None:
+    """Read every pack, record the damaged ones, and store again what still opens."""
+    from lnk.backup.agent import repair_repository
+    from lnk.errors import BackupError
+
+    rep = repair_repository(_machine(), url)
+    if as_json:
+        emit_json(rep.to_json())
+    else:
+        for p in rep.verify.problems:
+            out(p)
+        say(
+            f"{len(rep.damaged)} damaged pack(s) found; {rep.salvaged} blob(s) stored "
+            f"again, {rep.lost} lost"
+            + ("; salvaging needs the owner's private key" if rep.needs_key else "")
+        )
+    if not rep.verify.ok:
+        raise BackupError(
+            f"{url} still has {len(rep.verify.problems)} problem(s)",
+            hint="back up the agents again: what is lost is stored again from their files",
         )
 
 
@@ -188,21 +200,35 @@ def prune_(url: str, keep: str, dry_run: bool, as_json: bool) -> None:
 
     rep = prune(_listing(url), parse_keep(keep), dry_run=dry_run)
     if as_json:
-        emit_json(
-            {
-                "kept": rep.kept,
-                "forgotten": rep.forgotten,
-                "deleted_packs": rep.deleted_packs,
-                "deferred": rep.deferred,
-                "dry_run": dry_run,
-            }
-        )
+        emit_json(rep.to_json() | {"dry_run": dry_run})
         return
+    for lock in rep.cleared_locks:
+        say(f"cleared {lock}: the backup that held it is gone")
     say(
         f"kept {len(rep.kept)}, forgot {len(rep.forgotten)} snapshot(s), deleted "
         f"{len(rep.deleted_packs)} pack(s)"
         + (" (a backup runs: packs kept for now)" if rep.deferred else "")
     )
+
+
+@backup.command("status")
+@agent_option
+@click.option("--max-age", metavar="AGE", default=None, help="fail when older, e.g. 2d, 12h")
+@json_option
+def status_(agent_name: str | None, max_age: str | None, as_json: bool) -> None:
+    """The last backup run and success; with --max-age, exit 13 when too old (monitoring)."""
+    from lnk.backup.schedule import backup_status, check_status
+
+    st = backup_status(registry.find(_machine(), agent_name), max_age)
+    if as_json:
+        emit_json(st)
+    else:
+        out(
+            f"last run: {st['last_run'] or 'never'}"
+            + ("" if st["last_run_ok"] is not False else f" FAILED: {st['error']}")
+        )
+        out(f"last success: {st['last_ok'] or 'never'}" + (f" ({st['url']})" if st["url"] else ""))
+    check_status(st)
 
 
 @agent.command("restore")
@@ -297,8 +323,7 @@ def export(public_only: bool) -> None:
     """Print the backup key (SECRET: it reads every backup) and the repositories' secrets."""
     from lnk.backup import agent_keys
 
-    keys = agent_keys.ensure(_machine())
-    sys.stdout.write(agent_keys.export_text(keys, include_private=not public_only))
+    sys.stdout.write(agent_keys.export(_machine(), include_private=not public_only))
     if sys.stdout.isatty():
         say("this is a secret: redirect it to a file, e.g. lnk backup key export > key")
 

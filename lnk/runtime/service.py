@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk.agents import ports
+from lnk.agents.backup_key import key_warning
 from lnk.agents.machine import account_owner, load_machine
 from lnk.agents.registry import Agent, last_backup, taken_blocks
 from lnk.errors import AgentNotRunning
@@ -275,4 +276,7 @@ def status(agent: Agent, ask: bool = True) -> dict[str, Any]:
     out["backup"] = backup
     if backup and not backup.get("ok") and "problem" not in out:
         out["problem"] = f"the last backup failed at {backup.get('time')}: {backup.get('error')}"
+    warning = key_warning(agent.machine)
+    if warning:
+        out["warning"] = warning
     return out

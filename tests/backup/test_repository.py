@@ -244,7 +244,8 @@ def test_prune_spares_a_running_backup(bucket: CountingBucket, owner: ReceiverKe
         w.add_file("old", 0o644, io.BytesIO(os.urandom(1000)))
         w.commit(time=datetime(2026, 1, 1, tzinfo=UTC))
     running = SnapshotWriter(repo)
-    running.add_file("new", 0o644, io.BytesIO(os.urandom(3 * MiB)))  # packs uploaded, no commit
+    running.add_file("new", 0o644, io.BytesIO(os.urandom(3 * MiB)))
+    running.sync()  # full packs uploaded, no commit
     packs = {k for k, _ in bucket.list("data/")}
     report = prune(repo, {"last": 1}, min_age=timedelta(0))
     assert report.deferred and report.deleted_packs == []

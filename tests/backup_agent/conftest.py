@@ -1,4 +1,5 @@
-"""Agent backup fixtures: two machines, and a fresh bucket on each real backend."""
+"""Agent backup fixtures: two machines, and a fresh bucket on each real backend
+(a local folder, moto S3, the GCS emulator, Ceph radosgw)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import GcsEmulator, MotoServer
+from servers import GcsEmulator, MotoServer, RadosGateway
 
 from lnk.agents.layout import Machine
 
-BACKENDS = ["local", "s3", "gcs"]
+BACKENDS = ["local", "s3", "gcs", "rgw"]
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +25,13 @@ def bk_moto() -> Iterator[MotoServer]:
 @pytest.fixture(scope="session")
 def bk_gcs() -> Iterator[GcsEmulator]:
     server = GcsEmulator()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def bk_rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadosGateway]:
+    server = RadosGateway(str(tmp_path_factory.mktemp("ceph")))
     yield server
     server.stop()
 
@@ -43,6 +51,12 @@ def url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monk
         moto.env(monkeypatch)
         name = _name()
         moto.client().create_bucket(Bucket=name)
+        return f"s3://{name}/agents"
+    if request.param == "rgw":
+        rgw: RadosGateway = request.getfixturevalue("bk_rgw")
+        rgw.env(monkeypatch)
+        name = _name()
+        rgw.client().create_bucket(Bucket=name)
         return f"s3://{name}/agents"
     gcs: GcsEmulator = request.getfixturevalue("bk_gcs")
     gcs.env(monkeypatch)
