@@ -20,8 +20,12 @@ come from a stream.
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import tomli_w
@@ -122,3 +126,262 @@ def filter_from_stream(text: str) -> Filtered:
             if keep:
                 kept["commands"] = {"allow": keep}
     return Filtered(kept, dropped)
+
+
+# ---------------------------------------------------------------------------
+# The one table: every section and key the file may hold, the lnk agent allow
+# flag that edits it, and whether this machine's sandbox enforces it.  It reads
+# the file, writes it back, prints it (show --permissions) and says what start
+# must refuse.
+
+
+@dataclass(frozen=True)
+class Field:
+    section: str
+    key: str
+    flag: str  # the lnk agent allow / deny flag, without "--"
+    attr: str  # the Spec attribute
+    kind: str  # "paths" | "hosts" | "lan" | "ports" | "endpoints" | "mode" | "strs" | "str"
+    enforced: bool  # does bubblewrap + the agent's proxy hold it here?
+
+
+TABLE: tuple[Field, ...] = (
+    Field("files", "read", "read", "read", "paths", True),
+    Field("files", "write", "write", "write", "paths", True),
+    Field("network", "mode", "network-mode", "mode", "mode", True),
+    Field("internet", "hosts", "host", "hosts", "hosts", True),
+    Field("lan", "hosts", "lan-host", "lan", "lan", True),
+    Field("ports", "allow", "port", "ports", "ports", True),
+    Field("tcp", "endpoints", "tcp", "tcp", "endpoints", True),
+    Field("browser", "host", "browser-host", "browser", "str", False),
+    Field("tools", "outside", "tool", "tools", "strs", False),
+    Field("commands", "allow", "command", "commands", "strs", False),
+)
+BY_FLAG = {f.flag: f for f in TABLE}
+NETWORK_MODES = ("proxy", "host")
+_HOST_RE = re.compile(r"^(\*|(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|[0-9a-f:.]+)$")
+
+
+@dataclass
+class Spec:
+    """The agent's grants as read through :data:`TABLE`."""
+
+    read: list[str] = field(default_factory=list)
+    write: list[str] = field(default_factory=list)
+    mode: str = "proxy"
+    hosts: list[str] = field(default_factory=lambda: ["*"])  # "!x" is a denial
+    lan: list[str] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    tcp: list[str] = field(default_factory=list)
+    browser: str = ""
+    tools: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    # what the table doesn't know, kept as read so start can name it and a write keeps it
+    unknown: dict[str, Any] = field(default_factory=dict)
+    present: set[str] = field(default_factory=set)  # "section.key" the file names
+
+    def tcp_endpoints(self) -> list[tuple[str, int]]:
+        return [split_endpoint(e) for e in self.tcp]
+
+
+def norm_host(value: str) -> str:
+    """A host as the proxy compares it: lower case, no trailing dot, no brackets."""
+    h = value.strip().lower().rstrip(".")
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    return h
+
+
+def split_endpoint(value: str) -> tuple[str, int]:
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise InvalidInput(
+            f"{value!r} is not an endpoint host:port",
+            hint="name an endpoint as host:port, e.g. --tcp github.com:22",
+        )
+    h = norm_host(host)
+    if not _HOST_RE.match(h) or h.startswith("*"):
+        raise InvalidInput(f"{value!r} does not name one host", hint="e.g. --tcp github.com:22")
+    return h, int(port)
+
+
+def _check_value(f: Field, value: Any, where: str) -> Any:
+    """One value of ``f``, checked and normalised; InvalidInput naming the line."""
+
+    def bad(why: str) -> InvalidInput:
+        return InvalidInput(
+            f"{where}: [{f.section}] {f.key} has {value!r}: {why}",
+            hint=f"fix it with lnk agent deny --{f.flag} / allow --{f.flag}, or by hand",
+        )
+
+    if f.kind == "ports":
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise bad("not a port number")
+        if not str(value).isdigit() or not 0 < int(value) < 65536:
+            raise bad("not a port number (1-65535)")
+        return int(value)
+    if not isinstance(value, str) or not value.strip():
+        raise bad("not a non-empty string")
+    if f.kind == "mode":
+        if value not in NETWORK_MODES:
+            raise bad("mode is 'proxy' or 'host'")
+        return value
+    if f.kind in ("hosts", "lan"):
+        deny = value.startswith("!") and f.kind == "hosts"
+        h = norm_host(value[1:] if deny else value)
+        if f.kind == "lan" and "/" in h:
+            try:
+                ipaddress.ip_network(h, strict=False)
+            except ValueError as e:
+                raise bad("not a network") from e
+        elif not _HOST_RE.match(h):
+            raise bad("not a host name, *.domain, * or an address")
+        return ("!" if deny else "") + h
+    if f.kind == "endpoints":
+        h, p = split_endpoint(value)
+        return f"{h}:{p}"
+    return value
+
+
+def spec_from_data(data: dict[str, Any], where: str = "sandbox.toml") -> Spec:
+    spec = Spec()
+    fields = {(f.section, f.key): f for f in TABLE}
+    for section, body in data.items():
+        if not isinstance(body, dict):
+            spec.unknown[section] = body
+            continue
+        for key, value in body.items():
+            f = fields.get((section, key))
+            if f is None:
+                spec.unknown.setdefault(section, {})[key] = value
+                continue
+            spec.present.add(f"{section}.{key}")
+            if f.kind in ("mode", "str"):
+                setattr(spec, f.attr, _check_value(f, value, where) if f.kind == "mode" else value)
+                continue
+            values = value if isinstance(value, list) else [value]
+            checked = [_check_value(f, v, where) for v in values]
+            setattr(spec, f.attr, list(dict.fromkeys(checked)))
+    return spec
+
+
+def read_spec(path: Path) -> Spec:
+    """The agent's file through the table (a missing file is Link's defaults)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return Spec()
+    return spec_from_data(parse(text, str(path)), str(path))
+
+
+def spec_to_data(spec: Spec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    default = Spec()
+    for f in TABLE:
+        value = getattr(spec, f.attr)
+        if value == getattr(default, f.attr) and f"{f.section}.{f.key}" not in spec.present:
+            continue
+        if value in ("", []) and f.attr != "hosts":
+            continue
+        out.setdefault(f.section, {})[f.key] = value
+    for section, body in spec.unknown.items():
+        if isinstance(body, dict) and isinstance(out.get(section), dict):
+            out[section].update(body)
+        else:
+            out[section] = body
+    return out
+
+
+HEADER = "# What this agent may do, in its own terms (lnk agent allow / deny change it).\n"
+
+
+def write_spec(path: Path, spec: Spec) -> None:
+    """Write the file back, atomically, as the table's sections."""
+    text = HEADER + tomli_w.dumps(spec_to_data(spec))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def unenforceable(spec: Spec) -> list[str]:
+    """What the file says that this machine's sandbox can't hold, each named as its line."""
+    out: list[str] = []
+    for f in TABLE:
+        if not f.enforced and getattr(spec, f.attr) not in ("", []):
+            out.append(f"[{f.section}] {f.key}")
+    for section, body in spec.unknown.items():
+        if isinstance(body, dict):
+            out += [f"[{section}] {key}" for key in body]
+        else:
+            out.append(f"{section}")
+    return out
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])  # subdomains, not the apex
+    return host == pattern
+
+
+def host_listed(hosts: list[str], host: str) -> bool | None:
+    """Denials first, then allows: True, False (denied), or None (not on the list)."""
+    h = norm_host(host)
+    if any(_host_matches(p[1:], h) for p in hosts if p.startswith("!")):
+        return False
+    if any(_host_matches(p, h) for p in hosts if not p.startswith("!")):
+        return True
+    return None
+
+
+def change(spec: Spec, flag: str, value: str, *, allow: bool) -> str:
+    """``lnk agent allow`` / ``deny`` of one flag's value; returns what changed, in words."""
+    f = BY_FLAG.get(flag)
+    if f is None:
+        raise InvalidInput(f"--{flag} is not a grant lnk knows", hint="see lnk agent allow --help")
+    spec.present.add(f"{f.section}.{f.key}")
+    if f.kind == "mode":
+        if value != "host":
+            raise InvalidInput(
+                f"--network-mode {value}: the one mode to allow or deny is 'host'",
+                hint="lnk agent allow --network-mode host; lnk agent deny --network-mode host",
+            )
+        spec.mode = "host" if allow else "proxy"
+        return f"[network] mode = {spec.mode!r}"
+    if f.kind == "str":
+        spec.browser = value if allow else ""
+        return f"[{f.section}] {f.key} = {spec.browser!r}"
+    checked = _check_value(f, value, "the grant")
+    current: list[Any] = list(getattr(spec, f.attr))
+    if f.kind == "hosts":
+        h = str(checked).lstrip("!")
+        current = [x for x in current if x.lstrip("!") != h]
+        if allow:
+            current.append(h)
+        elif host_listed(current, h) is not None:
+            current.append("!" + h)  # still matched by a wider entry: deny it by name
+    elif allow:
+        if checked not in current:
+            current.append(checked)
+    else:
+        current = [x for x in current if x != checked]
+    setattr(spec, f.attr, current)
+    return f"[{f.section}] {f.key} = {current!r}"
+
+
+def as_flags(spec: Spec) -> list[str]:
+    """What the agent runs with, as the lnk agent allow flags that give it."""
+    out: list[str] = []
+    for f in TABLE:
+        value = getattr(spec, f.attr)
+        if f.kind == "mode":
+            if value == "host":
+                out.append("--network-mode host")
+        elif f.kind == "str":
+            if value:
+                out.append(f"--{f.flag} {value}")
+        else:
+            out += [f"--{f.flag} {v}" for v in value]
+    return out

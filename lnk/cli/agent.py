@@ -152,6 +152,9 @@ def status(agent_name: str | None, as_json: bool) -> None:
         out(f"problem: {st['problem']}")
     if st.get("warning"):
         out(f"warning: {st['warning']}")
+    if st.get("refused"):  # the agent's proxy's last refusal
+        r = st["refused"]
+        out(f"refused: {r.get('host')}:{r.get('port')} at {r.get('at')} ({r.get('why')})")
 
 
 @agent.command()

@@ -30,7 +30,7 @@ def cli(errors: str) -> None:
 
 def _register() -> None:
     # Imported here, not at the top, so `lnk --version` and the exit point load little.
-    from lnk.cli import agent, backup, box, demo, move, state  # noqa: F401 - move and state add to agent
+    from lnk.cli import agent, backup, box, demo, move, permissions, state  # noqa: F401 - move, permissions and state add to agent
 
     cli.add_command(agent.agent)
     cli.add_command(backup.bucket)

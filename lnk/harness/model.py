@@ -6,7 +6,10 @@ arrived and the conversation is remembered.
 
 ``OpenAIModel`` speaks the OpenAI-compatible ``/v1/chat/completions`` API: the
 base URL and model name come from the agent's ``[model]`` settings, the key
-from the environment variable those settings name (never from a file).
+from the environment variable those settings name (never from a file).  In
+its sandbox the harness holds no key: its settings carry ``proxy_url``, the
+agent's proxy, which it speaks plain HTTP to with :data:`PLACEHOLDER_KEY`; the
+proxy, outside, sends the request over TLS to the base URL with the real key.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,6 +26,7 @@ from lnk.errors import InvalidInput, TransportError
 
 MAX_ANSWER_BYTES = 4 << 20
 HISTORY_TURNS = 40  # events sent to a remote model as context, at most
+PLACEHOLDER_KEY = "lnk-placeholder-the-proxy-adds-the-key"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,14 @@ class OfflineModel:
 class OpenAIModel:
     """A client of an OpenAI-compatible chat completions endpoint."""
 
-    def __init__(self, base_url: str, name: str, key: str | None, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        name: str,
+        key: str | None,
+        timeout: float = 120.0,
+        proxy_url: str = "",
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise InvalidInput(
                 f"the model's base_url {base_url!r} is not an http(s) URL",
@@ -64,6 +76,12 @@ class OpenAIModel:
         self.name = name
         self.key = key
         self.timeout = timeout
+        self.opener = urllib.request.build_opener()
+        if proxy_url:
+            # the same path, asked of the agent's proxy, directly (not through HTTP_PROXY)
+            real = urllib.parse.urlsplit(self.url)
+            self.url = proxy_url.rstrip("/") + real.path + (f"?{real.query}" if real.query else "")
+            self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def messages(self, turn: Turn) -> list[dict[str, str]]:
         out = [
@@ -89,7 +107,7 @@ class OpenAIModel:
             headers["Authorization"] = f"Bearer {self.key}"
         req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with self.opener.open(req, timeout=self.timeout) as resp:
                 raw = resp.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as e:
             detail = e.read(2000).decode("utf-8", "replace")
@@ -133,8 +151,12 @@ def make_model(model: dict[str, Any], environ: dict[str, str] | None = None) -> 
         return OfflineModel()
     if provider == "openai":
         key_env = str(model.get("key_env") or "OPENAI_API_KEY")
+        proxy_url = str(model.get("proxy_url") or "")
         return OpenAIModel(
-            str(model.get("base_url", "")), str(model.get("name", "")), env.get(key_env)
+            str(model.get("base_url", "")),
+            str(model.get("name", "")),
+            PLACEHOLDER_KEY if proxy_url else env.get(key_env),
+            proxy_url=proxy_url,
         )
     raise InvalidInput(
         f"unknown model provider {provider!r}", hint="[model] provider is 'offline' or 'openai'"

@@ -32,11 +32,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lnk.agents import registry
+from lnk.agents import registry, secrets
+from lnk.agents.grants import Spec, read_spec, unenforceable
 from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
 from lnk.bridges.proof import new_key
-from lnk.errors import AgentNotRunning, LnkError, NotFound, PortsUnavailable
+from lnk.errors import AgentNotRunning, LnkError, NotFound, PortsUnavailable, Refused
+from lnk.runtime.proxy import MODEL_PREFIX, AgentProxy
 from lnk.sandbox import bwrap
 from lnk.sandbox.relay import TcpToUnixRelay
 from lnk.sandbox.unixsock import connect_unix
@@ -71,8 +73,42 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
     write_private(path, json.dumps(obj, indent=1).encode() + b"\n")
 
 
+def proxy_port(agent: registry.Agent) -> int:
+    """The port the proxy's relay listens on inside the sandbox (the agent's second)."""
+    return agent.settings.endpoint_port + 1
+
+
+def check_grants(agent: registry.Agent) -> Spec:
+    """The agent's grants, or Refused naming what its sandbox can't enforce."""
+    if not agent.settings.sandbox:
+        return Spec()  # unsandboxed: nothing of the file holds, as before
+    path = agent.folders.sandbox_toml
+    spec = read_spec(path)
+    bad = unenforceable(spec)
+    if bad:
+        raise Refused(
+            f"the agent {agent.name}'s {path} has {', '.join(bad)}, which this machine's "
+            "sandbox can't enforce",
+            hint=f"take it out of the file (lnk agent deny --agent {agent.name} ...), "
+            "or edit the file by hand",
+        )
+    return spec
+
+
+def proxy_env(port: int) -> dict[str, str]:
+    url = f"http://127.0.0.1:{port}"
+    env = {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
+    env |= {k.lower(): v for k, v in env.items()}
+    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+    return env
+
+
 def harness_config(agent: registry.Agent, sandboxed: bool) -> dict[str, Any]:
     s = agent.settings
+    model = asdict(s.model)
+    if sandboxed and s.model.provider == "openai" and s.model.base_url:
+        # the harness speaks plain HTTP to its proxy, which adds the key outside
+        model["proxy_url"] = f"http://127.0.0.1:{proxy_port(agent)}{MODEL_PREFIX}"
     return {
         "id": s.id,
         "name": s.name,
@@ -82,7 +118,7 @@ def harness_config(agent: registry.Agent, sandboxed: bool) -> dict[str, Any]:
         "chats": str(agent.folders.chats),
         "renew_s": s.renew_s,
         "lapse_s": s.lapse_s,
-        "model": asdict(s.model),
+        "model": model,
     }
 
 
@@ -128,6 +164,8 @@ class Runner:
         self.sandboxed = agent.settings.sandbox
         self.proc: subprocess.Popen[bytes] | None = None
         self.relay: TcpToUnixRelay | None = None
+        self.proxy: AgentProxy | None = None
+        self.spec = Spec()
         self.stopping = threading.Event()
 
     @property
@@ -149,8 +187,9 @@ class Runner:
                 "--port",
                 str(port),
             ]
+        python = bwrap.sandbox_python()
         inner = [
-            sys.executable,
+            python,
             "-m",
             "lnk.harness",
             "serve",
@@ -161,11 +200,42 @@ class Runner:
             "--unix",
             f"{bwrap.NET_DIR}/{bwrap.SOCKET_NAME}",
         ]
-        env = {}
-        key_env = self.agent.settings.model.key_env
-        if self.agent.settings.model.provider != "offline" and key_env in os.environ:
-            env[key_env] = os.environ[key_env]
-        return bwrap.bwrap_argv(self.agent, inner, bwrap=bwrap.check_bwrap(), env=env)
+        # first in the sandbox: the relay to the agent's proxy, then the harness
+        relay = [
+            python,
+            "-S",  # no site: the relay needs the standard library and lnk (PYTHONPATH) alone
+            "-m",
+            "lnk.sandbox.inrelay",
+            str(proxy_port(self.agent)),
+            f"{bwrap.NET_DIR}/{bwrap.PROXY_SOCKET}",
+            "--",
+        ]
+        host = self.spec.mode == "host"
+        # the model's key stays outside: the proxy adds it (never key_env in here)
+        return bwrap.bwrap_argv(
+            self.agent,
+            relay + inner,
+            bwrap=bwrap.check_bwrap(),
+            env={} if host else proxy_env(proxy_port(self.agent)),
+            network_mode=self.spec.mode,
+            files=(self.spec.read, self.spec.write),
+        )
+
+    def model_key(self) -> str | None:
+        """The model's key, read outside the sandbox at each call: a secret, or the variable."""
+        name = self.agent.settings.model.key_env
+        return secrets.get(self.agent.machine, self.agent.id, name) or os.environ.get(name)
+
+    def start_proxy(self) -> None:
+        m = self.agent.settings.model
+        self.proxy = AgentProxy(
+            self.agent.net / bwrap.PROXY_SOCKET,
+            self.agent.folders.sandbox_toml,
+            runtime=self.runtime,
+            model_url=m.base_url if m.provider == "openai" else "",
+            model_key=self.model_key,
+        )
+        self.proxy.start()
 
     def prepare(self) -> None:
         s = self.agent.settings
@@ -176,9 +246,11 @@ class Runner:
                 f"the agent {s.name} has no endpoint port in its settings",
                 hint="start it with lnk agent start, which gives it a block of ports",
             )
+        self.spec = check_grants(self.agent)
         self.runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.runtime, 0o700)
         (self.runtime / "exit.json").unlink(missing_ok=True)
+        (self.runtime / "proxy-refused.json").unlink(missing_ok=True)
         (self.runtime / "endpoint.json").unlink(missing_ok=True)
         write_private(self.runtime / "key", new_key())
         write_json(self.runtime / "harness.json", harness_config(self.agent, self.sandboxed))
@@ -186,6 +258,7 @@ class Runner:
             self.agent.net.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.agent.net, 0o700)
             (self.agent.net / bwrap.SOCKET_NAME).unlink(missing_ok=True)
+            self.start_proxy()
 
     def wait_ready(self) -> bool:
         assert self.proc is not None
@@ -239,18 +312,23 @@ class Runner:
         if proc is None or proc.poll() is not None:
             if self.relay is not None:
                 self.relay.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             return
         try:
             self._stop_proc(proc)
         finally:
-            # the relay goes last, so a turn ending during the stop still answers through it
+            # the relay and proxy go last, so a turn ending during the stop still answers
             if self.relay is not None:
                 self.relay.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
 
     def _stop_proc(self, proc: subprocess.Popen[bytes]) -> None:
         # bwrap doesn't pass signals on: ask the harness inside to stop itself first
         inner = descendants(proc.pid) if self.sandboxed else []
         leaves = [p for p in inner if not descendants(p)]  # the harness, not bwrap's init
+        # (the proxy's relay in the sandbox is the harness's parent: it ends with it)
         for pid in leaves:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
@@ -269,6 +347,7 @@ class Runner:
         for name in ("key", "endpoint.json"):
             (self.runtime / name).unlink(missing_ok=True)
         (self.agent.net / bwrap.SOCKET_NAME).unlink(missing_ok=True)
+        (self.agent.net / bwrap.PROXY_SOCKET).unlink(missing_ok=True)
 
     def write_exit(self, code: int, reason: str) -> None:
         write_json(self.runtime / "exit.json", {"code": code, "at": iso_now(), "reason": reason})

@@ -93,9 +93,11 @@ def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
         s.owner = acct
         agent.save()
     if s.sandbox:
+        from lnk.runtime.runner import check_grants
         from lnk.sandbox.bwrap import check_bwrap
 
         check_bwrap()
+        check_grants(agent)  # a section its sandbox can't enforce refuses the start
     if not is_running(agent) and not ports.block_free(s.port_base, s.port_count):
         # (a running agent holds its own block: that is no reason to move it)
         old = s.port_base
@@ -265,6 +267,11 @@ def status(agent: Agent, ask: bool = True) -> dict[str, Any]:
         if died:
             out["state"] = "died"
             out["exit"] = died
+    from lnk.runtime.proxy import last_refusal
+
+    refused = last_refusal(agent.runtime)
+    if refused:
+        out["refused"] = refused
     backup = last_backup(agent.runtime)
     out["backup"] = backup
     if backup and not backup.get("ok") and "problem" not in out:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lnk.errors import SandboxUnavailable
+from lnk.errors import Refused, SandboxUnavailable
 
 if TYPE_CHECKING:
     from lnk.agents.registry import Agent
@@ -43,6 +43,10 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 RW_AGENT_DIRS = ("chats", "memory", "schedule")
 RO_AGENT_DIRS = ("instructions", "skills")
+PROXY_SOCKET = "proxy.sock"
+# what the layout hides of HOME, whatever a [files] grant says
+HIDDEN_IN_HOME = (".config", ".ssh", ".lnk", ".gnupg", ".aws", ".docker", ".kube", "Link/Agents")
+SYSTEM_ONLY = ("/proc", "/sys", "/dev", "/run")
 
 _probed: set[str] = set()
 
@@ -112,6 +116,15 @@ def python_paths() -> list[str]:
     return out
 
 
+def sandbox_python() -> str:
+    """This Python as the sandbox can run it: its own path where the sandbox shows that
+    (a virtualenv's, under its prefix), else the program it links to."""
+    exe = sys.executable
+    if _under(exe, ["/usr", *python_paths()]):
+        return exe
+    return os.path.realpath(exe)
+
+
 def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, str]:
     import lnk
 
@@ -128,6 +141,83 @@ def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, 
     return env
 
 
+def _hidden(agent: Agent) -> list[str]:
+    home = agent.machine.home
+    return [os.path.realpath(home / h) for h in HIDDEN_IN_HOME]
+
+
+def _refuse_path(agent: Agent, flag: str, given: str, why: str) -> Refused:
+    return Refused(
+        f"the agent {agent.name}'s grant --{flag} {given} {why}",
+        hint="a grant never shows what the sandbox hides; if the agent's file holds it, "
+        f"take it out: lnk agent deny --agent {agent.name} --{flag} {given}",
+    )
+
+
+def file_grants(
+    agent: Agent, read: list[str], write: list[str], *, strict: bool = True
+) -> tuple[list[str], list[str], list[str]]:
+    """``[files]`` grants as bwrap arguments: (outside the agent's folders, covers, inside Home).
+
+    A path is one of the agent's Home (``work``, ``.``), or yours (``~/x``,
+    ``/x``).  Never widened: a grant at or under what the layout hides
+    (``~/.config``, ``~/.ssh``, ``~/.lnk``, the agents' folders, ...) or a
+    system mount is refused, and what a wider grant holds of the hidden
+    paths is covered with an empty tmpfs.  A later grant of a path wins (a
+    ``--write`` over a ``--read``).
+
+    ``strict`` (``lnk agent allow``) refuses a path that doesn't exist; at a
+    start a missing folder of the agent's Home is made, and a missing one of
+    yours shows nothing (there is nothing to show, so nothing is widened).
+    """
+    home = os.path.realpath(agent.folders.home)
+    hidden = _hidden(agent)
+    outside_binds: list[tuple[str, str, str]] = []
+    inside_binds: list[tuple[str, str, str]] = []
+    covers: list[str] = []
+    for flag, paths in (("read", read), ("write", write)):
+        opt = "--ro-bind" if flag == "read" else "--bind"
+        for given in paths:
+            if given.startswith("~"):
+                path = str(agent.machine.home) + given[1:]
+            elif given.startswith("/"):
+                path = given
+            else:
+                path = os.path.join(agent.folders.home, given)
+            real = os.path.realpath(path)
+            in_home = _under(real, [home])
+            if not given.startswith(("~", "/")) and not in_home:
+                raise _refuse_path(agent, flag, given, "leads out of the agent's Home")
+            if real == "/" or _under(real, list(SYSTEM_ONLY)):
+                raise _refuse_path(agent, flag, given, "names a system folder the sandbox makes")
+            if not in_home and _under(real, hidden):
+                raise _refuse_path(
+                    agent, flag, given, "is under what the sandbox hides (~/.ssh, ~/.config, ...)"
+                )
+            if not os.path.exists(real):
+                if strict:
+                    raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
+                if not in_home:
+                    continue
+                os.makedirs(real, exist_ok=True)  # the agent's own folder, as granted
+            dest = path if given.startswith(("~", "/")) else real
+            (inside_binds if in_home else outside_binds).append((opt, real, dest))
+            for h in hidden:
+                if _under(h, [real]) and h != real and os.path.isdir(h) and h not in covers:
+                    covers.append(h)
+    cover_args: list[str] = []
+    for h in covers:
+        cover_args += ["--tmpfs", h]
+    # a folder before what's in it, so a grant inside a wider one holds (sorted is stable:
+    # of one path, the --write, given after the --read, wins)
+    outside: list[str] = []
+    inside: list[str] = []
+    for binds, args in ((outside_binds, outside), (inside_binds, inside)):
+        for opt, real, dest in sorted(binds, key=lambda b: len(Path(b[2]).parts)):
+            args += [opt, real, dest]
+    return outside, cover_args, inside
+
+
 def bwrap_argv(
     agent: Agent,
     inner_cmd: list[str],
@@ -135,17 +225,26 @@ def bwrap_argv(
     bwrap: str = "bwrap",
     env: dict[str, str] | None = None,
     runtime: bool = True,
+    net_dir: Path | None = None,
+    network_mode: str = "proxy",
+    files: tuple[list[str], list[str]] = ([], []),
 ) -> list[str]:
     """The full command that runs ``inner_cmd`` in the agent's sandbox.
 
     ``env`` adds variables to the few the sandbox sets.  ``runtime`` binds the
     endpoint key, the harness config and the net folder under /run/lnk (the
-    runner makes them; set False for a command run beside the agent).
+    runner makes them; set False for a command run beside the agent), or
+    ``net_dir`` alone binds a folder at /run/lnk/net.  ``network_mode`` "host"
+    shares this machine's network (``[network] mode = "host"``); ``files`` are
+    the ``[files]`` read and write grants (:func:`file_grants`).
     """
     if not inner_cmd or inner_cmd[0].startswith("-"):
         raise ValueError("the sandboxed command must be a program and its arguments")
     folders = agent.folders
+    outside, covers, inside = file_grants(agent, files[0], files[1], strict=False)
     a: list[str] = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    if network_mode == "host":
+        a.append("--share-net")
     # the system, read-only, on a fresh tmpfs root
     a += ["--ro-bind", "/usr", "/usr"]
     for p in SYSTEM_LINKS:
@@ -168,8 +267,11 @@ def bwrap_argv(
     ]
     for p in python_paths():
         a += ["--ro-bind", p, p]
+    # [files] grants of yours, then what they would show of the hidden, covered
+    a += outside + covers
     # the agent's folders (after /tmp's tmpfs: a HOME under /tmp stays reachable)
     a += ["--bind", str(folders.home), str(folders.home)]
+    a += inside
     for d in RW_AGENT_DIRS:
         a += ["--bind", str(folders.agent / d), str(folders.agent / d)]
     for d in RO_AGENT_DIRS:
@@ -189,6 +291,8 @@ def bwrap_argv(
             str(agent.net),
             NET_DIR,
         ]
+    elif net_dir is not None:
+        a += ["--dir", RUN_DIR, "--bind", str(net_dir), NET_DIR]
     for k, v in sandbox_env(agent, env).items():
         a += ["--setenv", k, v]
     a += ["--chdir", str(folders.home)]
