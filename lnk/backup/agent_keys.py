@@ -232,6 +232,8 @@ def import_keys(machine: Machine, new: BackupKeys) -> BackupKeys:
     d = key_dir(machine)
     if new.private is not None:
         _write_private(d / "owner.key", new.private.seed.hex() + "\n")
+        # imported from an export: a copy exists elsewhere, no warning here
+        (d / EXPORTED).write_text(datetime.now(UTC).isoformat() + "\n")
     _write_private(d / "owner.pub", new.public.text() + "\n")
     os.chmod(d / "owner.pub", 0o644)
     repos = (have.repos if have else {}) | new.repos

@@ -7,6 +7,7 @@ derived with ``run_info``.  See docs/backup-format.md.
 
 from __future__ import annotations
 
+import ctypes
 import secrets
 from typing import Protocol
 
@@ -34,3 +35,15 @@ def run_info(repo: _HasId, run_id: bytes) -> bytes:
 
 def blob_aad(repo: _HasId, kind: str, blob_id: bytes) -> bytes:
     return b"lnk-backup/blob/" + repo.id_bytes + b"/" + kind.encode() + b"/" + blob_id
+
+
+def pin_mmap_threshold() -> None:
+    """Keep glibc from moving its mmap threshold up to our pack-sized buffers: once it
+    has, every freed 16 MiB pack and 1 MiB batch stays in a fragmented heap (the RSS
+    of a 20,000-file backup doubled, 100 -> 200+ MiB).  M_MMAP_THRESHOLD = 128 KiB, as
+    glibc starts; a no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass

@@ -20,13 +20,13 @@ from pathlib import Path
 import zstandard
 
 from lnk.backup import crypto
-from lnk.backup.pack import PACK_MAGIC, blob_aad, pack_key, run_info
+from lnk.backup.pack import PACK_MAGIC, blob_aad, pack_key, pin_mmap_threshold, run_info
 from lnk.backup.repository import BlobRef, Repository
 from lnk.errors import BackupError, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 
-READ_AHEAD = 32  # chunks opened ahead of the one being written (<= 32 MiB)
-PACKS_AHEAD = 4  # packs held at once by a read-ahead (each <= pack size)
+READ_AHEAD = 64  # chunks whose packs are fetched ahead of the one being written
+PACKS_AHEAD = 3  # packs held at once by a read-ahead (each <= pack size)
 FETCHERS = 4  # concurrent pack downloads
 
 
@@ -159,16 +159,16 @@ class SnapshotReader:
         self, entries: Iterator[Entry], window: int = READ_AHEAD
     ) -> Generator[tuple[Entry, Iterator[bytes]], None, None]:
         """Each entry with its content, in order, while the packs of the next
-        ``window`` chunks are fetched (concurrently, each pack once) and their blobs
-        opened on other threads.  A blob that fails there is read again through
+        ``window`` chunks are fetched (concurrently, each pack once; blobs are
+        opened on this thread: a hand-off per small blob costs more than it saves).  A blob that fails there is read again through
         :meth:`chunk` (which looks for other copies).  Consume each entry's content
         before asking for the next entry."""
+        pin_mmap_threshold()
         ahead, here = itertools.tee(entries)
         todo = (c for e in ahead for c in e.chunks)
         fetch = ThreadPoolExecutor(FETCHERS, "lnk-restore-fetch")
-        decode = ThreadPoolExecutor(2, "lnk-restore-open")
         packs: OrderedDict[str, Future[bytes]] = OrderedDict()
-        pending: deque[tuple[str, Future[bytes] | None]] = deque()
+        pending: deque[tuple[str, BlobRef | None, Future[bytes] | None]] = deque()
 
         def pack(name: str) -> Future[bytes]:
             fut = packs.get(name)
@@ -180,28 +180,23 @@ class SnapshotReader:
                 packs.move_to_end(name)
             return fut
 
-        def open_one(ref: BlobRef, blob_id: bytes, body: Future[bytes]) -> bytes:
-            return self._open_in(body.result(), ref, blob_id)
-
         def fill() -> None:
             while len(pending) < window:
                 blob_hex = next(todo, None)
                 if blob_hex is None:
                     return
-                blob_id = bytes.fromhex(blob_hex)
-                ref = self.index.get(blob_id)
+                ref = self.index.get(bytes.fromhex(blob_hex))
                 if ref is None or ref.kind != "data":
-                    pending.append((blob_hex, None))
-                    continue
-                fut = decode.submit(open_one, ref, blob_id, pack(ref.pack))
-                pending.append((blob_hex, fut))
+                    pending.append((blob_hex, None, None))
+                else:
+                    pending.append((blob_hex, ref, pack(ref.pack)))
 
         def take() -> bytes:
             fill()
-            blob_hex, fut = pending.popleft()
-            if fut is not None:
+            blob_hex, ref, body = pending.popleft()
+            if ref is not None and body is not None:
                 try:
-                    return fut.result()
+                    return self._open_in(body.result(), ref, bytes.fromhex(blob_hex))
                 except (BackupError, NotFound):
                     pass
             return self.chunk(blob_hex)
@@ -219,10 +214,9 @@ class SnapshotReader:
                     used[0] += 1
                     take()
         finally:
-            for _h, f in pending:
+            for _h, _r, f in pending:
                 if f is not None:
                     f.cancel()
-            decode.shutdown(wait=True, cancel_futures=True)
             fetch.shutdown(wait=True, cancel_futures=True)
 
     def read_blob(self, name: str) -> bytes:

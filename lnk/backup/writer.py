@@ -20,7 +20,6 @@ corrupt each other.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import hmac
 import json
@@ -39,7 +38,7 @@ import zstandard
 
 from lnk.backup import crypto
 from lnk.backup.locks import lock_doc
-from lnk.backup.pack import PACK_MAGIC, blob_aad, new_name, pack_key, run_info
+from lnk.backup.pack import PACK_MAGIC, blob_aad, new_name, pack_key, pin_mmap_threshold, run_info
 from lnk.backup.repository import BlobRef, Repository
 from lnk.errors import BackupError, InvalidInput
 
@@ -73,18 +72,6 @@ class _Queued:
         self.done = False  # settled into a pack (or found stored)
 
 
-def _pin_mmap_threshold() -> None:
-    """Keep glibc from moving its mmap threshold up to our pack-sized buffers: once it
-    has, every freed 16 MiB pack and 1 MiB batch stays in a fragmented heap (the RSS
-    of a 20,000-file backup doubled, 100 -> 200+ MiB).  M_MMAP_THRESHOLD = 128 KiB, as
-    glibc starts; a no-op elsewhere."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
 class SnapshotWriter:
     """One backup run.  Use as a context manager, or call :meth:`abort`."""
 
@@ -92,7 +79,7 @@ class SnapshotWriter:
         self.repo = repo
         self.bucket = repo.bucket
         _ = repo.master  # a writer needs the writer secret
-        _pin_mmap_threshold()
+        pin_mmap_threshold()
         self.run_id = os.urandom(16)
         self._data_key = os.urandom(crypto.KEY_LEN)
         sealed = crypto.seal_to(repo.owner, self._data_key, run_info(repo, self.run_id))
