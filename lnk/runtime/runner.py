@@ -122,6 +122,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _interpreter_in_sandbox() -> str:
+    """This Python as the sandbox shows it: ``sys.executable`` if a folder the sandbox
+    binds holds it, else the file it links to (a ``python3`` linked from a folder of
+    its own, such as a box's ``~/bin``, which no sandbox binds)."""
+    exe = sys.executable
+    bound = ["/usr", *bwrap.python_paths()]
+    if any(exe == b or exe.startswith(b.rstrip("/") + "/") for b in bound):
+        return exe
+    return os.path.realpath(exe)
+
+
 class Runner:
     def __init__(self, agent: registry.Agent) -> None:
         self.agent = agent
@@ -150,7 +161,7 @@ class Runner:
                 str(port),
             ]
         inner = [
-            sys.executable,
+            _interpreter_in_sandbox(),
             "-m",
             "lnk.harness",
             "serve",
