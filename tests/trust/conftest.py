@@ -46,12 +46,6 @@ def ssh_box(home: Path, trust_hosts: Hosts) -> Iterator[World]:
     try:
         w.ok("box", "add", "hostC", "hostC")
         w.boxes["hostC"] = box_home
-        # the host's python3 is a symbolic link in a folder no sandbox binds (a real
-        # box's is under /usr): its lnk runs this interpreter, as hostA's does
-        for script in (box_home / ".local" / "bin").iterdir():
-            head, _, rest = script.read_text().partition("\n")
-            if head.startswith("#!") and "python" in head:
-                script.write_text(f"#!{sys.executable}\n{rest}")
         yield w
     finally:
         kill_agents([w.here, box_home])
