@@ -126,3 +126,30 @@ def test_a_million_entries_claimed_by_the_summary(dest: Dest) -> None:
     recs = records(dest.head(), roots(), summary=None)
     s = {"entries": 10**6, "files": 0, "data_bytes": 0, "collections": 0, "records": 0}
     dest.refuse(dest.stream([*recs, (M.SUMMARY, M.dump(s))]), STREAM, "the summary says")
+
+
+@pytest.mark.parametrize(
+    "inventory",
+    [
+        b"LNKINV2\n",
+        b"LNKINV2\n\x00\x00",
+        b"LNKINV2\n\x00\x00\x00\x05[[[[[",
+        b"LNKINV1\n" + b"\x01" * 31,
+    ],
+)
+def test_a_sender_refuses_a_broken_inventory(dest: Dest, fresh: Dest, inventory: bytes) -> None:
+    from hostile_kit import lnk
+
+    (dest.home.parent / "inv").write_bytes(inventory)
+    p = lnk(
+        dest.home,
+        "agent",
+        "state-send",
+        "--to",
+        fresh.pub.text(),
+        "--inventory",
+        str(dest.home.parent / "inv"),
+    )
+    err = p.stderr.decode()
+    assert p.returncode == 5, err
+    assert "Traceback" not in err and err.startswith("lnk: error: "), err
