@@ -80,6 +80,8 @@ class Inventory:
     def from_bytes(cls, data: bytes) -> Inventory:
         logs: dict[str, list[Any]] = {}
         if data.startswith(MAGIC2):
+            if len(data) < len(MAGIC2) + 4:
+                raise InvalidInput("the inventory ends in its header", hint="make a new one")
             (n,) = struct.unpack(">I", data[len(MAGIC2) : len(MAGIC2) + 4])
             if n > MAX_LOGS_JSON:
                 raise InvalidInput("the inventory's log list is too large", hint="make a new one")
@@ -87,7 +89,7 @@ class Inventory:
             try:
                 meta = json.loads(data[start : start + n])
                 logs = dict(meta.get("logs", {}))
-            except (ValueError, AttributeError, TypeError) as e:
+            except (ValueError, AttributeError, TypeError, RecursionError) as e:
                 raise InvalidInput(
                     f"the inventory's log list is damaged ({e})", hint="make a new one"
                 ) from e

@@ -36,6 +36,6 @@ def dest(tmp_path: Path) -> Dest:
 @pytest.fixture
 def fresh(tmp_path: Path) -> Dest:
     """No agent here; the receiver was prepared with no agent in mind."""
-    home = tmp_path / "home"
-    home.mkdir()
+    home = tmp_path / "fresh" / "home"
+    home.mkdir(parents=True)
     return Dest.make(home, new_agent_id(), for_agent=False)
