@@ -39,6 +39,8 @@ class WalkedFile:
     group: int | None = None  # hard-link group number
     group_first: bool = True  # the first entry of its group carries the bytes
     source: Path | None = None  # where to read the bytes (a snapshot for SQLite)
+    snapshot: bool = False  # source is a private snapshot, not the file itself
+    target: str = ""  # a symbolic link's target text (kind "l")
 
 
 @dataclass
@@ -199,7 +201,7 @@ def _file(
         stats.hashed_bytes += size
         stats.bytes += size
         return WalkedFile(
-            rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap
+            rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap, True
         )
     sha = cache.lookup(rel, st)
     if sha is None and not hash_files:
