@@ -13,6 +13,7 @@ from then on the apply is decided and rolls forward (here, or at the next
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,24 +34,37 @@ class Conflict(Exception):
 
 
 def _dest_kind(dest: Path, stop: Path) -> str | None:
-    """What the destination holds at ``dest``: None, "f", "d"; raises Conflict on a link."""
+    """What the destination holds at ``dest``: None, "f", "d", "l" (a symbolic link,
+    never followed) or "x"; raises Conflict if a folder above it is a link."""
     p = dest
+    kind: str | None = None
     while True:
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             st = None
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            raise Conflict(f"{p} is a symbolic link")
         if p == dest:
-            kind = (
-                None
-                if st is None
-                else ("d" if stat.S_ISDIR(st.st_mode) else "f" if stat.S_ISREG(st.st_mode) else "x")
-            )
+            if st is not None:
+                m = st.st_mode
+                kind = (
+                    "l"
+                    if stat.S_ISLNK(m)
+                    else "d"
+                    if stat.S_ISDIR(m)
+                    else "f"
+                    if stat.S_ISREG(m)
+                    else "x"
+                )
+        elif st is not None and stat.S_ISLNK(st.st_mode):
+            raise Conflict(f"{p} is a symbolic link")
         if p == stop or p.parent == p:
             return kind
         p = p.parent
+
+
+# what may take a place the destination holds: a file or a link is renamed over a file
+# or a link (the name is replaced, nothing is written through it); a folder only a folder
+_REPLACEABLE = {("f", "f"), ("d", "d"), ("l", "l"), ("f", "l"), ("l", "f")}
 
 
 def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
@@ -72,10 +86,11 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
                 have = _dest_kind(dest, agent_root)
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
-            if have is not None and have != kind:
+            if have is not None and (kind, have) not in _REPLACEABLE:
+                what = {"d": "a folder", "f": "a file", "l": "a symbolic link"}
                 raise Conflict(
-                    f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
-                    f"but {'a folder' if have == 'd' else 'something else'} here"
+                    f"{path} is {what[kind]} in the stream "
+                    f"but {what.get(have, 'something else')} here"
                 )
             if kind == "f" and have == "f" and grp is None and r.local_sha(path) == sha:
                 same += 1
@@ -87,6 +102,11 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
             os.chmod(target, mode)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "l":  # its target is text: never followed, never checked
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+            os.symlink(sha, target)
+            continue
         if grp is not None and grp in group_targets:
             os.link(group_targets[grp], target)
             continue
@@ -192,9 +212,12 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
         rel = stack.pop()
         d = dest / rel
         try:
-            if _dest_kind(d, dest) is None:
+            have = _dest_kind(d, dest)
+            if have is None:
                 d.mkdir()
                 os.chmod(d, stat.S_IMODE(os.stat(src / rel).st_mode))  # the mode travels
+            elif have != "d":  # a link (never written through) or something else
+                raise Conflict("not a folder")
         except (Conflict, OSError):
             skipped.append(str(rel))
             continue
@@ -205,7 +228,9 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
                     continue
                 target = d / entry.name
                 try:
-                    if _dest_kind(target, dest) not in (None, "f"):
+                    # a file or link renamed over a file or link: the name is
+                    # replaced, nothing is written through a link
+                    if _dest_kind(target, dest) not in (None, "f", "l"):
                         raise Conflict("not a file")
                     os.replace(entry.path, target)
                 except (Conflict, OSError):

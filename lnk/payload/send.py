@@ -55,6 +55,7 @@ class SendReport:
     wire_bytes: int = 0
     hashed_bytes: int = 0
     skipped_links: int = 0
+    links: int = 0  # symbolic links carried (as links)
     skipped_special: int = 0
     vanished: int = 0  # files gone between the walk and their read: not sent
     unsettled: list[str] = field(default_factory=list)  # bulk: changed while read
@@ -218,6 +219,11 @@ class _Sender:
             if f.kind == "d":
                 r.entries += 1
                 entries.append(M.FileEntry(f.rel, "d", f.mode).to_json())
+                continue
+            if f.kind == "l":
+                r.entries += 1
+                r.links += 1
+                entries.append(M.FileEntry(f.rel, "l", 0o777, target=f.target).to_json())
                 continue
             size, sha, data = f.size, f.sha256, None
             if job is not None:
@@ -391,7 +397,7 @@ def send_agent(
         writer.write(M.HEAD, M.dump(head.to_json()))
         spooled = pool.submit(_spool_collections, agent, spool, since, inventory)
         sender = _Sender(writer, inventory, report, progress, phase, cache, readers)
-        for f in walk_agent(folders.root, cache, stats, snap_dir, hash_files=False):
+        for f in walk_agent(folders.root, cache, stats, snap_dir, hash_files=False, links=True):
             sender.add(f)
         sender.flush()
         done = spooled.result()

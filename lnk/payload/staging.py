@@ -127,14 +127,23 @@ class Stage:
                 self.db.execute(
                     "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
                     "VALUES (?,?,?,?,?,?,?,?)",
-                    (e.path, M.fold(e.path), e.kind, e.mode, e.size, e.sha256, e.group, e.mtime_ns),
+                    (
+                        e.path,
+                        M.fold(e.path),
+                        e.kind,
+                        e.mode,
+                        e.size,
+                        e.target if e.kind == "l" else e.sha256,  # a link keeps its target
+                        e.group,
+                        e.mtime_ns,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise M.bad(
                     f"{e.path!r} appears twice, or differs from another path only by "
                     "case or Unicode normalisation"
                 ) from None
-            if e.kind == "d":
+            if e.kind != "f":
                 continue
             self.files += 1
             if e.group is not None:

@@ -49,6 +49,7 @@ class WalkStats:
     folders: int = 0
     bytes: int = 0
     skipped_links: int = 0
+    links: int = 0  # carried as links
     skipped_special: int = 0
     hashed_bytes: int = 0
     snapshots: list[Path] = field(default_factory=list)
@@ -89,6 +90,17 @@ class HashCache(CacheDB):
         )
 
 
+def _link_target(path: str) -> str | None:
+    """A link's target as text, if it can travel (UTF-8, no longer than a path)."""
+    try:
+        target = os.readlink(path)
+        if len(target.encode("utf-8")) > 4096 or not target:
+            return None
+    except (OSError, UnicodeEncodeError):
+        return None  # gone meanwhile, or not UTF-8: skipped and counted
+    return target
+
+
 def is_sqlite(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
@@ -119,8 +131,12 @@ def walk_agent(
     snapshot_dir: Path | None = None,
     *,
     hash_files: bool = True,
+    links: bool = False,
 ) -> Iterator[WalkedFile]:
     """Every folder and regular file under the agent's file roots, in a stable order.
+
+    ``links=True``: symbolic links are yielded too (kind "l", their target text, never
+    followed); otherwise they are skipped and counted.
 
     ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
     caller that reads and hashes every file anyway, such as a backup)."""
@@ -134,7 +150,7 @@ def walk_agent(
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue
-        yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files)
+        yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files, links)
 
 
 def _walk_dir(
@@ -145,6 +161,7 @@ def _walk_dir(
     groups: dict[tuple[int, int], int],
     snap_dir: Path,
     hash_files: bool = True,
+    links: bool = False,
 ) -> Iterator[WalkedFile]:
     st = os.lstat(path)
     stats.folders += 1
@@ -162,10 +179,17 @@ def _walk_dir(
         except FileNotFoundError:
             continue
         if stat.S_ISLNK(est.st_mode):
-            stats.skipped_links += 1
+            target = _link_target(e.path) if links else None
+            if target is None:
+                stats.skipped_links += 1
+            else:
+                stats.links += 1
+                yield WalkedFile(erel, "l", 0o777, target=target)
             continue
         if stat.S_ISDIR(est.st_mode):
-            yield from _walk_dir(Path(e.path), erel, cache, stats, groups, snap_dir, hash_files)
+            yield from _walk_dir(
+                Path(e.path), erel, cache, stats, groups, snap_dir, hash_files, links
+            )
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1
