@@ -14,6 +14,7 @@ from then on the apply is decided and rolls forward (here, or at the next
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -152,7 +153,28 @@ def _discarded(src: Path, roots: list[Path]) -> bool:
         return False
 
 
+def _syncfs(fd: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.syncfs(fd) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def sync_staged(r: Receiver) -> None:
+    """Everything staged reaches the disk before the journal says it is decided: one
+    syncfs of the receiver's file system (every file staged, at once), never an fsync
+    per file; a whole-system sync where syncfs is missing."""
+    fd = os.open(r.dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if not _syncfs(fd):
+            os.sync()
+    finally:
+        os.close(fd)
+
+
 def decide(r: Receiver, plan: dict[str, Any]) -> None:
+    sync_staged(r)
     tmp = r.dir / (JOURNAL + ".tmp")
     with open(tmp, "w") as f:
         json.dump(plan, f)
