@@ -93,7 +93,13 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
                     f"{path} is {what[kind]} in the stream "
                     f"but {what.get(have, 'something else')} here"
                 )
-            if kind == "f" and have == "f" and grp is None and r.local_sha(path) == sha:
+            if (
+                kind == "f"
+                and have == "f"
+                and grp is None
+                and r.local_sha(path) == sha
+                and _same_meta(dest, mode, mtime)
+            ):
                 same += 1
                 continue
         else:
@@ -128,6 +134,15 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
     for d in AGENT_COLLECTION_DIRS:
         (agent_dir / d).mkdir(exist_ok=True)
     return same
+
+
+def _same_meta(dest: Path, mode: int, mtime: int) -> bool:
+    """The file there has the stream's mode and mtime (its content is known to match)."""
+    try:
+        st = os.lstat(dest)
+    except OSError:
+        return False
+    return stat.S_IMODE(st.st_mode) == mode and st.st_mtime_ns == mtime
 
 
 def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
