@@ -41,8 +41,7 @@ class ChangeRecorder(HashCache):
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
         sha = super().lookup(rel, st)
         if sha is None:
-            row = self.row("SELECT sha FROM h WHERE path=?", (rel,))
-            self.changed[rel] = str(row[0]) if row else None
+            self.changed[rel] = self.remembered(rel)
         return sha
 
 

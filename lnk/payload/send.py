@@ -29,7 +29,14 @@ from lnk.formats.keys import PublicKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload.inventory import Inventory
-from lnk.payload.walk import HashCache, WalkedFile, WalkStats, walk_agent
+from lnk.payload.walk import (
+    SQLITE_MAGIC,
+    HashCache,
+    WalkedFile,
+    WalkStats,
+    sqlite_snapshot,
+    walk_agent,
+)
 
 BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
@@ -73,10 +80,13 @@ class _Read:
     """What reading one file found: its bytes (small files), SHA-256, stat, and whether
     it held still while it was read."""
 
-    __slots__ = ("data", "settled", "sha", "st")
+    __slots__ = ("data", "head", "settled", "sha", "snapshot", "st")
 
-    def __init__(self, data: bytes | None, sha: str, st: os.stat_result, settled: bool) -> None:
-        self.data, self.sha, self.st, self.settled = data, sha, st, settled
+    def __init__(
+        self, data: bytes | None, sha: str, st: os.stat_result, settled: bool, head: bytes = b""
+    ) -> None:
+        self.data, self.sha, self.st, self.settled, self.head = data, sha, st, settled, head
+        self.snapshot: Path | None = None  # a SQLite database's snapshot, read instead
 
 
 def _same(a: os.stat_result, b: os.stat_result) -> bool:
@@ -108,35 +118,76 @@ def read_settled(path: Path, keep: bool, tries: int = SETTLE_TRIES) -> _Read | N
                 return None
             h = hashlib.sha256()
             size = 0
+            head = b""
             if keep:
                 chunks = []
                 while chunk := os.read(fd, max(before.st_size - size, 0) + 65536):
                     chunks.append(chunk)
                     h.update(chunk)
                     size += len(chunk)
-                data: bytes | None = b"".join(chunks)
+                whole = b"".join(chunks)
+                head = whole[:16]
+                data: bytes | None = whole
             else:
                 data = None
                 buf = bytearray(READ_CHUNK)
                 view = memoryview(buf)
                 with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
                     while n := f.readinto(buf):
+                        if not size:
+                            head = bytes(view[:16])
                         h.update(view[:n])
                         size += n
             after = os.fstat(fd)
         finally:
             os.close(fd)
-        last = _Read(data, h.hexdigest(), after, _same(before, after) and size == after.st_size)
+        last = _Read(
+            data, h.hexdigest(), after, _same(before, after) and size == after.st_size, head
+        )
         if last.settled:
             return last
     return last
+
+
+class _Slot:
+    """One file's read, done by a job that reads a chunk of files."""
+
+    __slots__ = ("done", "got", "keep", "path")
+
+    def __init__(self, path: Path, keep: bool) -> None:
+        self.path, self.keep = path, keep
+        self.got: _Read | None = None
+        self.done: Future[None] | None = None
+
+    def result(self) -> _Read | None:
+        assert self.done is not None
+        self.done.result()
+        return self.got
+
+
+def _read_chunk(slots: list[_Slot], snap_dir: Path) -> None:
+    """Read a few files (one job for many: a pool's cost per job is paid once).
+
+    A SQLite database (told by its first bytes) is read as a snapshot taken
+    through SQLite's online backup API, never as its live bytes."""
+    for slot in slots:
+        got = read_settled(slot.path, slot.keep)
+        if got is not None and got.head == SQLITE_MAGIC:
+            snap = sqlite_snapshot(slot.path, snap_dir)
+            got = read_settled(snap, slot.keep)
+            if got is not None:
+                got.snapshot = snap
+        slot.got = got
+
+
+READ_JOB = 32  # files a read job takes
 
 
 class _Batch:
     """Entries waiting to go as one FILES record, and the reads that complete them."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[WalkedFile, Future[_Read | None] | None]] = []
+        self.items: list[tuple[WalkedFile, _Slot | None]] = []
         self.small_bytes = 0
 
 
@@ -155,7 +206,10 @@ class _Sender:
         phase: str,
         cache: HashCache,
         pool: ThreadPoolExecutor,
+        snap_dir: Path,
     ) -> None:
+        self.snap_dir = snap_dir
+        self.chunk: list[_Slot] = []
         self.w = writer
         self.inv = inventory or Inventory()
         self.report = report
@@ -173,13 +227,16 @@ class _Sender:
         return d in self.sent or d in self.inv
 
     def add(self, f: WalkedFile) -> None:
-        job: Future[_Read | None] | None = None
+        job: _Slot | None = None
         if f.kind == "f" and f.size > 0 and f.group_first:
             small = f.size <= SMALL_FILE
             if f.sha256 == "" or (small and not self._held(f.sha256)):
                 # read now (small: its bytes travel from memory) or hash (big)
                 assert f.source is not None
-                job = self.pool.submit(read_settled, f.source, small)
+                job = _Slot(f.source, small)
+                self.chunk.append(job)
+                if len(self.chunk) >= READ_JOB:
+                    self._submit()
                 if small:
                     self.batch.small_bytes += f.size
         self.batch.items.append((f, job))
@@ -189,8 +246,16 @@ class _Sender:
         ):
             self.cut()
 
+    def _submit(self) -> None:
+        if self.chunk:
+            done = self.pool.submit(_read_chunk, self.chunk, self.snap_dir)
+            for slot in self.chunk:
+                slot.done = done
+            self.chunk = []
+
     def cut(self) -> None:
         """Close the batch being filled; write the oldest once two are in flight."""
+        self._submit()
         if self.batch.items:
             self.queue.append(self.batch)
             self.batch = _Batch()
@@ -228,6 +293,8 @@ class _Sender:
             size, sha, data = f.size, f.sha256, None
             if job is not None:
                 got = job.result()
+                if got is not None and got.snapshot is not None:
+                    f.source, f.snapshot = got.snapshot, True
                 if got is None:
                     r.vanished += 1  # gone (or no longer a file) since the walk: not sent
                     continue
@@ -396,8 +463,10 @@ def send_agent(
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
         spooled = pool.submit(_spool_collections, agent, spool, since, inventory)
-        sender = _Sender(writer, inventory, report, progress, phase, cache, readers)
-        for f in walk_agent(folders.root, cache, stats, snap_dir, hash_files=False, links=True):
+        sender = _Sender(writer, inventory, report, progress, phase, cache, readers, snap_dir)
+        for f in walk_agent(
+            folders.root, cache, stats, snap_dir, hash_files=False, links=True, sqlite=False
+        ):
             sender.add(f)
         sender.flush()
         done = spooled.result()

@@ -74,7 +74,7 @@ def test_the_receiver_remembers_every_hash_so_the_next_send_hashes_nothing(
     move(a, dst)
     b = load_agent(dst)
     con = sqlite3.connect(b.runtime / "hashes.sqlite")
-    rows = dict(con.execute("SELECT path, sha FROM h").fetchall())
+    rows = dict(con.execute("SELECT dir || '/' || name, sha FROM h2").fetchall())
     con.close()
     rels = [
         p.relative_to(b.folders.root).parts
