@@ -34,33 +34,40 @@ class Conflict(Exception):
     pass
 
 
-def _dest_kind(dest: Path, stop: Path) -> str | None:
+def _dest_kind(dest: Path, stop: Path, safe: set[str] | None = None) -> str | None:
     """What the destination holds at ``dest``: None, "f", "d", "l" (a symbolic link,
-    never followed) or "x"; raises Conflict if a folder above it is a link."""
-    p = dest
+    never followed) or "x"; raises Conflict if a folder above it is a link.
+
+    ``safe``: folders already seen to be real folders (not links) in this pass, so a
+    folder of many files costs one lstat a file, not one per folder above it."""
     kind: str | None = None
-    while True:
+    try:
+        m = os.lstat(dest).st_mode
+        kind = (
+            "l" if stat.S_ISLNK(m) else "d" if stat.S_ISDIR(m) else "f" if stat.S_ISREG(m) else "x"
+        )
+    except FileNotFoundError:
+        pass
+    top = str(stop)
+    if str(dest) == top:
+        return kind
+    p = os.path.dirname(str(dest))
+    seen: list[str] = []
+    while len(p) >= len(top) and (safe is None or p not in safe):
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             st = None
-        if p == dest:
-            if st is not None:
-                m = st.st_mode
-                kind = (
-                    "l"
-                    if stat.S_ISLNK(m)
-                    else "d"
-                    if stat.S_ISDIR(m)
-                    else "f"
-                    if stat.S_ISREG(m)
-                    else "x"
-                )
-        elif st is not None and stat.S_ISLNK(st.st_mode):
+        if st is not None and stat.S_ISLNK(st.st_mode):
             raise Conflict(f"{p} is a symbolic link")
-        if p == stop or p.parent == p:
-            return kind
-        p = p.parent
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            seen.append(p)
+        if p == top or os.path.dirname(p) == p:
+            break
+        p = os.path.dirname(p)
+    if safe is not None:
+        safe.update(seen)
+    return kind
 
 
 # what may take a place the destination holds: a file or a link is renamed over a file
@@ -77,6 +84,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
     home_dir.mkdir(exist_ok=True)
     discard = _discarded_roots(r, agent_root)
     group_targets: dict[int, Path] = {}  # hard-link groups only
+    safe: set[str] = set()  # destination folders seen to be folders, not links
     same = 0
     for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
         if path == "Home" or path.startswith("Home/"):
@@ -84,7 +92,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
             target = home_dir / rel if rel else home_dir
             dest = agent_root / "Home" / rel if rel else agent_root / "Home"
             try:
-                have = _dest_kind(dest, agent_root)
+                have = _dest_kind(dest, agent_root, safe)
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
             if have is not None and (kind, have) not in _REPLACEABLE:
@@ -242,6 +250,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
     of a million files costs no more memory than one of ten.
     """
     skipped: list[str] = []
+    safe: set[str] = set()  # destination folders seen to be folders, not links
     if not src.exists():
         return skipped
     stack = [Path()]
@@ -249,7 +258,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
         rel = stack.pop()
         d = dest / rel
         try:
-            have = _dest_kind(d, dest)
+            have = _dest_kind(d, dest, safe)
             if have is None:
                 d.mkdir()
                 os.chmod(d, stat.S_IMODE(os.stat(src / rel).st_mode))  # the mode travels
@@ -267,7 +276,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
                 try:
                     # a file or link renamed over a file or link: the name is
                     # replaced, nothing is written through a link
-                    if _dest_kind(target, dest) not in (None, "f", "l"):
+                    if _dest_kind(target, dest, safe) not in (None, "f", "l"):
                         raise Conflict("not a file")
                     os.replace(entry.path, target)
                 except (Conflict, OSError):

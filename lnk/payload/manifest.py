@@ -52,6 +52,7 @@ PHASES = ("full", "bulk", "final")
 # where files may go: Home and the agent's file-kept folders (chats/ travels as collections)
 FILE_ROOTS = ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/schedule")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+CONTROL_RE = re.compile("[\x00-\x1f\x7f]")
 
 
 def bad(msg: str) -> StreamError:
@@ -78,7 +79,7 @@ def check_path(p: Any) -> str:
             raise bad(f"the path {p[:80]!r} has an empty, '.' or '..' component")
         if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
             raise bad(f"a name in {p[:80]!r} is longer than {MAX_NAME_BYTES} bytes")
-        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in part):
+        if CONTROL_RE.search(part):
             raise bad(f"the path {p[:80]!r} holds a control character")
     if not any(p == r or p.startswith(r + "/") for r in FILE_ROOTS):
         raise bad(f"the path {p[:80]!r} is outside the agent's folders")
