@@ -156,6 +156,8 @@ def _build(root: Path, spec: dict, files: list[Path]) -> None:
     for name, v in spec.items():
         p = root / name
         if isinstance(v, dict):
+            if p.exists() and not p.is_dir():
+                continue  # an earlier tree made a file of that name
             p.mkdir(exist_ok=True)
             _build(p, v, files)
             os.chmod(p, 0o700 | (sum(map(ord, name)) & 0o55))
