@@ -239,6 +239,25 @@ def peer_run(a: Path, work: Path) -> Run:
     )
 
 
+def rsync_run(a: Path, work: Path) -> Run:
+    """``rsync -a`` of the agent into the copy the peer made (nothing changed): what an
+    unchanged move back is held to."""
+    cached = drop_caches()
+    seconds, procs = pipeline(
+        [
+            (
+                "rsync -a",
+                "send",
+                ["rsync", "-a", str(a / "Link" / "Agents" / NAME) + "/", str(work / "peer" / NAME)],
+                None,
+            )
+        ],
+        log=work / "rsync.log",
+    )
+    p = procs[0]
+    return Run("rsync", seconds, p.wchar, p.maxrss, p.maxrss, p.cpu, 0.0, {"dropped": cached})
+
+
 def check_same(a: Path, b: Path) -> None:
     for sub in ("Home", "Agent"):
         src = tree_bytes(a / "Link" / "Agents" / NAME / sub)
@@ -318,6 +337,17 @@ def report(
         ),
         (f"peak RSS of either side <= 200 MiB ({rss / MIB:.0f} MiB)", rss <= TARGET_RSS),
     ]
+    if runs.get("rsync"):
+        rs = runs["rsync"][0].seconds
+        both = second.seconds + second.extra["prepare_s"]
+        print(
+            f"unchanged move back: lnk second {second.seconds:.2f} s (+ prepare/inventory "
+            f"{both:.2f} s) vs rsync -a {rs:.2f} s: {second.seconds / rs:.2f}x "
+            f"({both / rs:.2f}x with prepare)"
+        )
+        checks.append(
+            (f"unchanged move back <= 2x rsync -a ({both / rs:.2f}x with prepare)", both <= 2 * rs)
+        )
     ok = True
     for text, good in checks:
         print(f"  [{'PASS' if good else 'FAIL'}] {text}")
@@ -378,12 +408,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {r.seconds:.2f} s; peer ...", flush=True)
             runs["peer"].append(peer_run(home_a, work))
             print(f"  {runs['peer'][-1].seconds:.2f} s", flush=True)
-            shutil.rmtree(work / "peer", ignore_errors=True)
         print("lnk second send (inventory, nothing changed) ...", flush=True)
         runs["lnk second"].append(
             lnk_send(home_a, home_b, work, "lnk second", agent_id=gen["agent_id"], inventory=True)
         )
         check_same(home_a, home_b)
+        print("rsync -a into the peer's copy (nothing changed) ...", flush=True)
+        runs["rsync"] = [rsync_run(home_a, work)]
+        shutil.rmtree(work / "peer", ignore_errors=True)
         first, peer, second = (median_run(runs[k]) for k in ("lnk first", "peer", "lnk second"))
         ok = report(state, gen, first, peer, second, runs)
         if a.json:

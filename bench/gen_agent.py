@@ -210,8 +210,9 @@ def generate(
 ) -> GenStats:
     """Create agent ``name`` on the machine at ``home`` and fill it; returns what was made.
 
-    ``files`` switches to small-files mode: that many files of 64 B - 8 KiB
-    (half text, half incompressible) in folders of 1000, plus a little chat.
+    ``files`` switches to small-files mode: that many source-like files of 100 B -
+    16 KiB (half text, half incompressible) in folders of 100, three deep, plus a
+    little chat.
     """
     t0 = time.perf_counter()
     machine = Machine(home)
@@ -277,10 +278,17 @@ def _small_files(
 ) -> None:
     words = chatter.text(64 * KIB).encode()
     for i in range(count):
-        d = root / "many" / f"g{i // 1_000_000:02d}" / f"d{(i // 1000) % 1000:03d}"
-        if i % 1000 == 0:
+        # source-like: 100 B - 16 KiB, 100 files a folder, three folders deep
+        d = (
+            root
+            / "many"
+            / f"g{i // 1_000_000:02d}"
+            / f"d{(i // 10_000) % 100:02d}"
+            / f"s{(i // 100) % 100:02d}"
+        )
+        if i % 100 == 0:
             d.mkdir(parents=True, exist_ok=True)
-        size = rnd.randrange(64, 8 * KIB)
+        size = rnd.randrange(100, 16 * KIB)
         if i % 2:
             off = rnd.randrange(0, len(words) - size)
             body = f"{i}\n".encode() + words[off : off + size]

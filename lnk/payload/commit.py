@@ -14,6 +14,7 @@ from then on the apply is decided and rolls forward (here, or at the next
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import sqlite3
@@ -35,25 +36,45 @@ class Conflict(Exception):
     pass
 
 
-def _dest_kind(dest: Path, stop: Path) -> str | None:
-    """What the destination holds at ``dest``: None, "f", "d"; raises Conflict on a link."""
-    p = dest
-    while True:
+def _dest_kind(dest: Path, stop: Path, safe: set[str] | None = None) -> str | None:
+    """What the destination holds at ``dest``: None, "f", "d", "l" (a symbolic link,
+    never followed) or "x"; raises Conflict if a folder above it is a link.
+
+    ``safe``: folders already seen to be real folders (not links) in this pass, so a
+    folder of many files costs one lstat a file, not one per folder above it."""
+    kind: str | None = None
+    try:
+        m = os.lstat(dest).st_mode
+        kind = (
+            "l" if stat.S_ISLNK(m) else "d" if stat.S_ISDIR(m) else "f" if stat.S_ISREG(m) else "x"
+        )
+    except FileNotFoundError:
+        pass
+    top = str(stop)
+    if str(dest) == top:
+        return kind
+    p = os.path.dirname(str(dest))
+    seen: list[str] = []
+    while len(p) >= len(top) and (safe is None or p not in safe):
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             st = None
         if st is not None and stat.S_ISLNK(st.st_mode):
             raise Conflict(f"{p} is a symbolic link")
-        if p == dest:
-            kind = (
-                None
-                if st is None
-                else ("d" if stat.S_ISDIR(st.st_mode) else "f" if stat.S_ISREG(st.st_mode) else "x")
-            )
-        if p == stop or p.parent == p:
-            return kind
-        p = p.parent
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            seen.append(p)
+        if p == top or os.path.dirname(p) == p:
+            break
+        p = os.path.dirname(p)
+    if safe is not None:
+        safe.update(seen)
+    return kind
+
+
+# what may take a place the destination holds: a file or a link is renamed over a file
+# or a link (the name is replaced, nothing is written through it); a folder only a folder
+_REPLACEABLE = {("f", "f"), ("d", "d"), ("l", "l"), ("f", "l"), ("l", "f")}
 
 
 def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
@@ -66,34 +87,32 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
     discard = _discarded_roots(r, agent_root)
     assert stage.head is not None
     hashes = r.machine.runtime_dir(stage.head.agent_id) / "hashes.sqlite"
+    cache_db = _open_cache(hashes)
     group_targets: dict[int, Path] = {}  # hard-link groups only
-    checked: list[str] = []  # folders of Home/ found link-free, along the current path
+    safe: set[str] = set()  # destination folders seen to be folders, not links
     same = 0
     for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
         if path == "Home" or path.startswith("Home/"):
             rel = path[5:]
             target = home_dir / rel if rel else home_dir
             dest = agent_root / "Home" / rel if rel else agent_root / "Home"
-            where = str(dest)
-            while checked and not where.startswith(checked[-1] + "/"):
-                checked.pop()
-            try:  # from the deepest folder checked already: linear in depth, not square
-                have = _dest_kind(dest, Path(checked[-1]) if checked else agent_root)
+            try:
+                have = _dest_kind(dest, agent_root, safe)
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
-            if kind == "d" and have in (None, "d"):
-                checked.append(where)
-            if have is not None and have != kind:
+            if have is not None and (kind, have) not in _REPLACEABLE:
+                what = {"d": "a folder", "f": "a file", "l": "a symbolic link"}
                 raise Conflict(
-                    f"{path} is a {'folder' if kind == 'd' else 'file'} in the stream "
-                    f"but {'a folder' if have == 'd' else 'something else'} here"
+                    f"{path} is {what[kind]} in the stream "
+                    f"but {what.get(have, 'something else')} here"
                 )
             if (
                 kind == "f"
                 and have == "f"
                 and grp is None
                 and r.local_sha(path) == sha
-                and _unchanged(agent_root, path, sha, hashes)
+                and _same_meta(dest, mode, mtime)
+                and _unchanged(agent_root, path, sha, cache_db)
             ):
                 same += 1
                 continue
@@ -104,6 +123,11 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
             os.chmod(target, mode)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "l":  # its target is text: never followed, never checked
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+            os.symlink(sha, target)
+            continue
         if grp is not None and grp in group_targets:
             os.link(group_targets[grp], target)
             continue
@@ -117,7 +141,18 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
             group_targets[grp] = target
     for d in AGENT_COLLECTION_DIRS:
         (agent_dir / d).mkdir(exist_ok=True)
+    if cache_db is not None:
+        cache_db.close()
     return same
+
+
+def _same_meta(dest: Path, mode: int, mtime: int) -> bool:
+    """The file there has the stream's mode and mtime (its content is known to match)."""
+    try:
+        st = os.lstat(dest)
+    except OSError:
+        return False
+    return stat.S_IMODE(st.st_mode) == mode and st.st_mtime_ns == mtime
 
 
 def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
@@ -158,19 +193,31 @@ def _take(r: Receiver, path: str, sha: str, target: Path, discard: list[Path]) -
         ) from None
 
 
-def _unchanged(agent_root: Path, path: str, sha: str, hashes: Path) -> bool:
+def _open_cache(hashes: Path) -> sqlite3.Connection | None:
+    """The agent's SHA-256 cache, read-only, opened once for a whole commit."""
+    if not hashes.exists():
+        return None
+    try:
+        return sqlite3.connect(f"file:{hashes}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+
+
+def _unchanged(agent_root: Path, path: str, sha: str, cache: sqlite3.Connection | None) -> bool:
     """Whether the file ``path`` of the destination still holds ``sha`` (as indexed at
-    prepare): the agent's SHA-256 cache says so for its stat now, or hashing it does."""
+    prepare): the agent's SHA-256 cache says so for its stat now, or hashing it (opened
+    without following any link) does."""
     try:
         st = os.lstat(agent_root / path)
-        if hashes.exists():
-            con = sqlite3.connect(f"file:{hashes}?mode=ro&immutable=1", uri=True)
+        if cache is not None:
+            d, _, name = path.rpartition("/")
             try:
-                row = con.execute(
-                    "SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?", (path,)
+                row = cache.execute(
+                    "SELECT size, mtime, ctime, ino, sha FROM h2 WHERE dir=? AND name=?",
+                    (d, name),
                 ).fetchone()
-            finally:
-                con.close()
+            except sqlite3.Error:
+                row = None
             if row and tuple(row) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha):
                 return True
         fd = safefs.open_under(agent_root, path)
@@ -178,11 +225,32 @@ def _unchanged(agent_root: Path, path: str, sha: str, hashes: Path) -> bool:
             return safefs.sha256_fd(fd) == sha
         finally:
             os.close(fd)
-    except (OSError, sqlite3.Error):
+    except OSError:
         return False
 
 
+def _syncfs(fd: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.syncfs(fd) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def sync_staged(r: Receiver) -> None:
+    """Everything staged reaches the disk before the journal says it is decided: one
+    syncfs of the receiver's file system (every file staged, at once), never an fsync
+    per file; a whole-system sync where syncfs is missing."""
+    fd = os.open(r.dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if not _syncfs(fd):
+            os.sync()
+    finally:
+        os.close(fd)
+
+
 def decide(r: Receiver, plan: dict[str, Any]) -> None:
+    sync_staged(r)
     tmp = r.dir / (JOURNAL + ".tmp")
     with open(tmp, "w") as f:
         json.dump(plan, f)
@@ -237,6 +305,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
     of a million files costs no more memory than one of ten.
     """
     skipped: list[str] = []
+    safe: set[str] = set()  # destination folders seen to be folders, not links
     if not src.exists():
         return skipped
     stack = [Path()]
@@ -244,9 +313,12 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
         rel = stack.pop()
         d = dest / rel
         try:
-            if _dest_kind(d, d.parent if rel.parts else dest) is None:  # its folder was checked
+            have = _dest_kind(d, dest, safe)
+            if have is None:
                 d.mkdir()
                 os.chmod(d, stat.S_IMODE(os.stat(src / rel).st_mode))  # the mode travels
+            elif have != "d":  # a link (never written through) or something else
+                raise Conflict("not a folder")
         except (Conflict, OSError):
             skipped.append(str(rel))
             continue
@@ -257,7 +329,9 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
                     continue
                 target = d / entry.name
                 try:
-                    if _dest_kind(target, d) not in (None, "f"):
+                    # a file or link renamed over a file or link: the name is
+                    # replaced, nothing is written through a link
+                    if _dest_kind(target, dest, safe) not in (None, "f", "l"):
                         raise Conflict("not a file")
                     os.replace(entry.path, target)
                 except (Conflict, OSError):

@@ -42,6 +42,7 @@ MAX_ENTRIES = 5_000_000
 MAX_COLLECTIONS = 100_000
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
+MAX_LINK_BYTES = 4096  # a symbolic link's target text
 MAX_FILE_SIZE = 1 << 40
 MAX_JSON_RECORD = 1 << 20
 MAX_COLLECTION_LINE = (1 << 20) + (64 << 10)
@@ -64,6 +65,9 @@ def read_only(path: str) -> bool:
     """Whether ``path`` is under a folder the agent may not write: a hard link may not
     join it to one it may write (the sandbox would leave the shared inode writable)."""
     return any(path == r or path.startswith(r + "/") for r in READ_ONLY_ROOTS)
+
+
+CONTROL_RE = re.compile("[\x00-\x1f\x7f]")
 
 
 def bad(msg: str) -> StreamError:
@@ -93,7 +97,7 @@ def check_path(p: Any) -> str:
             raise bad(f"the path {p[:80]!r} has an empty, '.' or '..' component")
         if len(part.encode("utf-8")) > MAX_NAME_BYTES:
             raise bad(f"a name in {p[:80]!r} is longer than {MAX_NAME_BYTES} bytes")
-        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in part):
+        if CONTROL_RE.search(part):
             raise bad(f"the path {p[:80]!r} holds a control character")
     if not any(p == r or p.startswith(r + "/") for r in FILE_ROOTS):
         raise bad(f"the path {p[:80]!r} is outside the agent's folders")
@@ -108,15 +112,18 @@ def fold(p: str) -> str:
 @dataclass(frozen=True)
 class FileEntry:
     path: str
-    kind: str  # "f" file, "d" folder
+    kind: str  # "f" file, "d" folder, "l" symbolic link (its target is text, never followed)
     mode: int
     size: int = 0
     sha256: str = ""
     group: int | None = None  # hard-link group: entries sharing it are one inode
     data: bool = False  # its bytes follow in DATA records
     mtime_ns: int = 0
+    target: str = ""  # a link's target
 
     def to_json(self) -> dict[str, Any]:
+        if self.kind == "l":
+            return {"p": self.path, "t": "l", "l": self.target}
         d: dict[str, Any] = {"p": self.path, "t": self.kind, "m": self.mode}
         if self.kind == "f":
             d.update(s=self.size, h=self.sha256, d=self.data, mt=self.mtime_ns)
@@ -128,16 +135,20 @@ class FileEntry:
     def from_json(cls, d: Any) -> FileEntry:
         if not isinstance(d, dict):
             raise bad("a file entry is not an object")
-        unknown = set(d) - {"p", "t", "m", "s", "h", "g", "d", "mt"}
+        unknown = set(d) - {"p", "t", "m", "s", "h", "g", "d", "mt", "l"}
         if unknown:
             raise bad(f"a file entry has unknown fields {sorted(unknown)}")
         path = check_path(d.get("p"))
         kind = d.get("t")
-        if kind not in ("f", "d"):
+        if kind not in ("f", "d", "l"):
             raise bad(
-                f"{path!r} is a {kind!r}: only files and folders travel "
-                "(links, devices and fifos never do)"
+                f"{path!r} is a {kind!r}: only files, folders and symbolic links travel "
+                "(devices, fifos and sockets never do)"
             )
+        if kind == "l":
+            return cls._link(path, d)
+        if "l" in d:
+            raise bad(f"{path!r} carries a link target but is not a link")
         mode = d.get("m")
         if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
             raise bad(f"{path!r} has an invalid mode")
@@ -167,6 +178,23 @@ class FileEntry:
         if not isinstance(mtime, int) or isinstance(mtime, bool) or not 0 <= mtime <= MAX_MTIME_NS:
             raise bad(f"{path!r} has an invalid mtime")
         return cls(path, "f", mode | 0o600, size, sha, group, data, mtime)
+
+    @classmethod
+    def _link(cls, path: str, d: dict[str, Any]) -> FileEntry:
+        """A symbolic link: its target is carried as text; nothing is ever read or
+        written through it (a target outside the agent is carried all the same)."""
+        if set(d) != {"p", "t", "l"}:
+            raise bad(f"{path!r} is a link: it carries only p, t and l")
+        target = d["l"]
+        if not isinstance(target, str) or not target:
+            raise bad(f"{path!r} is a link without a target")
+        if "\x00" in target or len(target.encode("utf-8", "surrogateescape")) > MAX_LINK_BYTES:
+            raise bad(f"{path!r} has an invalid link target (NUL, or over {MAX_LINK_BYTES} bytes)")
+        try:
+            target.encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad(f"{path!r} has a link target that is not UTF-8") from None
+        return cls(path, "l", 0o777, target=target)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from lnk.agents.registry import Agent, find_by_id, taken_blocks
 from lnk.agents.settings import Settings, migrate
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
 from lnk.formats.stream import StreamReader
-from lnk.payload import commit, safefs
+from lnk.payload import commit, kept, safefs
 from lnk.payload import manifest as M
 from lnk.payload.receivers import Receiver, open_receiver, prepare
 from lnk.payload.staging import Stage, disk_full
@@ -47,6 +47,10 @@ class ReceiveReport:
     grants_from: str = ""
     skipped: list[str] = field(default_factory=list)
     stream_id: str = ""
+    # a move back: files a person added or changed in the kept folder, kept; and those
+    # changed both there and in the agent, kept beside it ({"path", "kept_as"})
+    kept_from_moved: list[str] = field(default_factory=list)
+    conflicts: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,6 +242,13 @@ def _commit(
 ) -> ReceiveReport:
     agent_root = machine.folders(head.name).root
     report.unchanged_home_files = commit.materialize(stage, r, agent_root)
+    kept_base = _kept_base(r, agent_root)
+    if kept_base is not None:  # a move back: what a person did in the kept folder stays
+        report.kept_from_moved, report.conflicts, whole = kept.merge(
+            r._local(), stage.db, Path(kept_base), stage.work
+        )
+        if not whole:
+            kept_base = None
     mover_grants = r.info().get("mover_grants")  # what the computer running the move sent
     mover_grants = mover_grants if isinstance(mover_grants, str) else None
     arrival = _settings_here(head, existing, machine, stage.store_driver or "files", mover_grants)
@@ -258,7 +269,7 @@ def _commit(
                 "agent_root": str(agent_root),
                 "settings_file": str(machine.settings_file(head.name)),
                 "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json"),
-                "drop_kept": _kept_base(r, agent_root),
+                "drop_kept": kept_base,
             },
         )
     except OSError as e:

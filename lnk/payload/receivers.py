@@ -25,6 +25,7 @@ from lnk.errors import InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
 from lnk.payload.inventory import Inventory
+from lnk.payload.kept import ChangeRecorder, record_changes
 from lnk.payload.walk import HashCache, WalkStats, walk_agent
 
 RECEIVER_PREFIX = "rcv-"
@@ -229,7 +230,7 @@ def prepare(
         if base is not None:
             root, store, cache = base
             r.set_info(base_root=str(root), base_store=store)
-            _index_local(r, root, cache)
+            _index_local(r, root, cache, kept=find_by_id(machine, agent_id) is None)
     return r
 
 
@@ -277,18 +278,27 @@ def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None
         o.abandon()
 
 
-def _index_local(r: Receiver, agent_root: Path, cache_path: Path) -> None:
+def _index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = False) -> None:
+    """Index the base's content (sha -> path) in one transaction; for a kept folder, note
+    which files changed there since the move (lnk/payload/kept.py)."""
     con = sqlite3.connect(r.dir / "local.sqlite")
-    cache = HashCache(cache_path)
+    cache = ChangeRecorder(cache_path) if kept else HashCache(cache_path)
     try:
         con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
         con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
         con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
         snap = r.dir / "snapshots"
         snap.mkdir(exist_ok=True)
-        for f in walk_agent(agent_root, cache, WalkStats(), snap):
-            if f.kind == "f" and f.source is not None:
-                con.execute("INSERT INTO c VALUES (?,?,?)", (f.sha256, str(f.source), f.rel))
+        con.executemany(
+            "INSERT INTO c VALUES (?,?,?)",
+            (
+                (f.sha256, str(f.source), f.rel)
+                for f in walk_agent(agent_root, cache, WalkStats(), snap)
+                if f.kind == "f" and f.source is not None
+            ),
+        )
+        if isinstance(cache, ChangeRecorder):
+            record_changes(con, cache.changed)
         con.commit()
     finally:
         cache.close()

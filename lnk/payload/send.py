@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
 import tempfile
+import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,11 +28,25 @@ from lnk.errors import StreamError
 from lnk.formats.keys import PublicKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
+from lnk.payload.agent_records import agent_head, export_lines
 from lnk.payload.inventory import Inventory
-from lnk.payload.walk import HashCache, WalkedFile, WalkStats, walk_agent
+from lnk.payload.walk import (
+    SQLITE_MAGIC,
+    HashCache,
+    WalkedFile,
+    WalkStats,
+    sqlite_snapshot,
+    walk_agent,
+)
 
 BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
+SMALL_FILE = 1 << 20  # files up to this size are read once, into memory, before their entry
+SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
+READERS = 4  # threads reading and hashing files (the system calls and hashlib free the GIL)
+READ_CHUNK = 1 << 20
+RACY_NS = 2_000_000_000  # a stat this recent does not vouch for the content's hash
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
 @dataclass
@@ -45,7 +63,10 @@ class SendReport:
     wire_bytes: int = 0
     hashed_bytes: int = 0
     skipped_links: int = 0
+    links: int = 0  # symbolic links carried (as links)
     skipped_special: int = 0
+    vanished: int = 0  # files gone between the walk and their read: not sent
+    unsettled: list[str] = field(default_factory=list)  # bulk: changed while read
     watermarks: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -56,94 +77,361 @@ def collection_key(kind: str, name: str) -> str:
     return f"{kind}/{name}"
 
 
+class _Read:
+    """What reading one file found: its bytes (small files), SHA-256, stat, and whether
+    it held still while it was read."""
+
+    __slots__ = ("data", "head", "settled", "sha", "snapshot", "st")
+
+    def __init__(
+        self, data: bytes | None, sha: str, st: os.stat_result, settled: bool, head: bytes = b""
+    ) -> None:
+        self.data, self.sha, self.st, self.settled, self.head = data, sha, st, settled, head
+        self.snapshot: Path | None = None  # a SQLite database's snapshot, read instead
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
+        b.st_ino,
+        b.st_size,
+        b.st_mtime_ns,
+        b.st_ctime_ns,
+    )
+
+
+def read_settled(path: Path, keep: bool, tries: int = SETTLE_TRIES) -> _Read | None:
+    """Read (``keep``: into memory) and hash a file, again while it changes under us.
+
+    None if it is gone, or is no longer a regular file (never followed if a link).
+    The last read is returned with ``settled=False`` if the file changed every time.
+    """
+    last: _Read | None = None
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.002 * attempt)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                return None
+            h = hashlib.sha256()
+            size = 0
+            head = b""
+            if keep:
+                chunks = []
+                while chunk := os.read(fd, max(before.st_size - size, 0) + 65536):
+                    chunks.append(chunk)
+                    h.update(chunk)
+                    size += len(chunk)
+                whole = b"".join(chunks)
+                head = whole[:16]
+                data: bytes | None = whole
+            else:
+                data = None
+                buf = bytearray(READ_CHUNK)
+                view = memoryview(buf)
+                with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
+                    while n := f.readinto(buf):
+                        if not size:
+                            head = bytes(view[:16])
+                        h.update(view[:n])
+                        size += n
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        last = _Read(
+            data, h.hexdigest(), after, _same(before, after) and size == after.st_size, head
+        )
+        if last.settled:
+            return last
+    return last
+
+
+class _Slot:
+    """One file's read, done by a job that reads a chunk of files."""
+
+    __slots__ = ("done", "got", "keep", "path")
+
+    def __init__(self, path: Path, keep: bool) -> None:
+        self.path, self.keep = path, keep
+        self.got: _Read | None = None
+        self.done: Future[None] | None = None
+
+    def result(self) -> _Read | None:
+        assert self.done is not None
+        self.done.result()
+        return self.got
+
+
+def _read_chunk(slots: list[_Slot], snap_dir: Path) -> None:
+    """Read a few files (one job for many: a pool's cost per job is paid once).
+
+    A SQLite database (told by its first bytes) is read as a snapshot taken
+    through SQLite's online backup API, never as its live bytes."""
+    for slot in slots:
+        got = read_settled(slot.path, slot.keep)
+        if got is not None and got.head == SQLITE_MAGIC:
+            snap = sqlite_snapshot(slot.path, snap_dir)
+            got = read_settled(snap, slot.keep)
+            if got is not None:
+                got.snapshot = snap
+        slot.got = got
+
+
+READ_JOB = 32  # files a read job takes
+
+
+class _Batch:
+    """Entries waiting to go as one FILES record, and the reads that complete them."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[WalkedFile, _Slot | None]] = []
+        self.small_bytes = 0
+        self.json_bytes = 0  # a bound on the FILES record's JSON size
+
+
 class _Sender:
+    """Batches of entries; their files read and hashed by a small pool while the batch
+    before goes; a file's entry is written only once its bytes are read (small files)
+    or hashed (big ones), so a file that changes before that is simply sent as it is
+    then."""
+
     def __init__(
         self,
         writer: StreamWriter,
         inventory: Inventory | None,
         report: SendReport,
         progress: Callable[[int], None] | None,
+        phase: str,
+        cache: HashCache,
+        pool: ThreadPoolExecutor,
+        snap_dir: Path,
     ) -> None:
+        self.snap_dir = snap_dir
+        self.chunk: list[_Slot] = []
         self.w = writer
         self.inv = inventory or Inventory()
         self.report = report
         self.progress = progress or (lambda n: None)
-        self.batch: list[dict[str, Any]] = []
-        self.batch_json = 0  # a bound on the batch's JSON size
-        self.pending: list[WalkedFile] = []
-        self.pending_bytes = 0
+        self.phase = phase
+        self.cache = cache
+        self.pool = pool
+        self.batch = _Batch()
+        self.queue: deque[_Batch] = deque()
         self.sent: set[bytes] = set()
+        self.groups: dict[int, tuple[int, str]] = {}  # group -> (size, sha) of its first
+
+    def _held(self, sha: str) -> bool:
+        d = bytes.fromhex(sha)
+        return d in self.sent or d in self.inv
 
     def add(self, f: WalkedFile) -> None:
         # a FILES body stays within MAX_JSON_RECORD whatever the paths' length (an entry
-        # is at most its path twice, escaped, and 200 bytes of fields)
-        size = 2 * len(f.rel.encode()) + 200
-        if self.batch and self.batch_json + size > M.MAX_JSON_RECORD:
-            self.flush()
-        self.batch_json += size
-        r = self.report
-        r.entries += 1
-        if f.kind == "d":
-            self.batch.append(M.FileEntry(f.rel, "d", f.mode).to_json())
-        else:
-            r.files += 1
-            r.file_bytes += f.size
-            digest = bytes.fromhex(f.sha256)
-            data = f.size > 0 and f.group_first and digest not in self.sent
-            if data and digest in self.inv:
-                data = False
-                r.held_by_receiver += 1
-            if data:
-                if f.size >= DEDUP_MIN:
-                    # remembered only for files worth it, so memory stays bounded by
-                    # bytes, not by files: a repeated small file is sent twice
-                    self.sent.add(digest)
-                self.pending.append(f)
-                self.pending_bytes += f.size
-            self.batch.append(
-                M.FileEntry(
-                    f.rel, "f", f.mode, f.size, f.sha256, f.group, data, f.mtime_ns
-                ).to_json()
-            )
-        if len(self.batch) >= M.FILES_PER_RECORD or self.pending_bytes >= BATCH_DATA_BYTES:
-            self.flush()
+        # is at most its path and link target twice, escaped, and 200 bytes of fields)
+        size = 2 * len(f.rel.encode()) + 2 * len((f.target or "").encode()) + 200
+        if self.batch.items and self.batch.json_bytes + size > M.MAX_JSON_RECORD:
+            self.cut()
+        self.batch.json_bytes += size
+        job: _Slot | None = None
+        if f.kind == "f" and f.size > 0 and f.group_first:
+            small = f.size <= SMALL_FILE
+            if f.sha256 == "" or (small and not self._held(f.sha256)):
+                # read now (small: its bytes travel from memory) or hash (big)
+                assert f.source is not None
+                job = _Slot(f.source, small)
+                self.chunk.append(job)
+                if len(self.chunk) >= READ_JOB:
+                    self._submit()
+                if small:
+                    self.batch.small_bytes += f.size
+        self.batch.items.append((f, job))
+        if (
+            len(self.batch.items) >= M.FILES_PER_RECORD
+            or self.batch.small_bytes >= BATCH_DATA_BYTES
+        ):
+            self.cut()
+
+    def _submit(self) -> None:
+        if self.chunk:
+            done = self.pool.submit(_read_chunk, self.chunk, self.snap_dir)
+            for slot in self.chunk:
+                slot.done = done
+            self.chunk = []
+
+    def cut(self) -> None:
+        """Close the batch being filled; write the oldest once two are in flight."""
+        self._submit()
+        if self.batch.items:
+            self.queue.append(self.batch)
+            self.batch = _Batch()
+        while len(self.queue) > 1:
+            self._write(self.queue.popleft())
 
     def flush(self) -> None:
-        if not self.batch:
+        self.cut()
+        while self.queue:
+            self._write(self.queue.popleft())
+
+    def _unsettled(self, rel: str) -> None:
+        if self.phase != "bulk":
+            raise StreamError(
+                f"{rel} kept changing while it was being sent ({SETTLE_TRIES} reads)",
+                hint="pause what writes it (lnk agent pause) and send again; a move sends "
+                "such a file again once the agent is paused",
+            )
+        self.report.unsettled.append(rel)
+
+    def _write(self, batch: _Batch) -> None:
+        r = self.report
+        entries: list[dict[str, Any]] = []
+        carry: list[tuple[WalkedFile, bytes | None, str]] = []
+        for f, job in batch.items:
+            if f.kind == "d":
+                r.entries += 1
+                entries.append(M.FileEntry(f.rel, "d", f.mode).to_json())
+                continue
+            if f.kind == "l":
+                r.entries += 1
+                r.links += 1
+                entries.append(M.FileEntry(f.rel, "l", 0o777, target=f.target).to_json())
+                continue
+            size, sha, data = f.size, f.sha256, None
+            if job is not None:
+                got = job.result()
+                if got is not None and got.snapshot is not None:
+                    f.source, f.snapshot = got.snapshot, True
+                if got is None:
+                    r.vanished += 1  # gone (or no longer a file) since the walk: not sent
+                    continue
+                size, sha, data = got.st.st_size, got.sha, got.data
+                if not f.sha256:  # its SHA-256 was not known from the cache
+                    r.hashed_bytes += size
+                if data is not None:
+                    size = len(data)
+                if got.settled:
+                    # a file written in the last moments could change again within the
+                    # same timestamp tick, unseen by its stat: not remembered (as git does)
+                    if not f.snapshot and got.st.st_mtime_ns < time.time_ns() - RACY_NS:
+                        self.cache.store(f.rel, got.st, sha)
+                else:
+                    self._unsettled(f.rel)
+            first = f.group_first
+            if f.group is not None:
+                if f.group in self.groups:
+                    size, sha = self.groups[f.group]
+                    first = False
+                else:
+                    self.groups[f.group] = (size, sha)
+                    first = True
+                    if sha == "" and size > 0:  # its first member vanished: read this one
+                        assert f.source is not None
+                        got = read_settled(f.source, False)
+                        if got is None:
+                            del self.groups[f.group]
+                            r.vanished += 1
+                            continue
+                        if not got.settled:
+                            self._unsettled(f.rel)
+                        size, sha = got.st.st_size, got.sha
+                        self.groups[f.group] = (size, sha)
+            if size == 0:
+                sha = EMPTY_SHA
+            r.entries += 1
+            r.files += 1
+            r.file_bytes += size
+            send = size > 0 and first
+            if send:
+                digest = bytes.fromhex(sha)
+                if digest in self.sent:
+                    send = False
+                elif digest in self.inv:
+                    send = False
+                    r.held_by_receiver += 1
+            if send:
+                if size >= DEDUP_MIN:
+                    # remembered only for files worth it, so memory stays bounded by
+                    # bytes, not by files: a repeated small file is sent twice
+                    self.sent.add(bytes.fromhex(sha))
+                carry.append((f, data, sha))
+            entries.append(
+                M.FileEntry(f.rel, "f", f.mode, size, sha, f.group, send, f.mtime_ns).to_json()
+            )
+        if not entries:
             return
-        self.w.write(M.FILES, M.dump(self.batch))
-        self.batch = []
-        self.batch_json = 0
+        self.w.write(M.FILES, M.dump(entries))
+        self._data(carry, {e["p"]: e["s"] for e in entries if e.get("d")})
+
+    def _data(
+        self, carry: list[tuple[WalkedFile, bytes | None, str]], sizes: dict[str, int]
+    ) -> None:
         # one reused buffer, filled by readinto: no allocation and one copy fewer a MiB
         buf = bytearray(RECORD_MAX)
         view = memoryview(buf)
         fill = 0
-        for f in self.pending:
-            assert f.source is not None
+
+        def put(piece: memoryview | bytes) -> None:
+            nonlocal fill
+            mv = memoryview(piece)
+            while len(mv):
+                n = min(RECORD_MAX - fill, len(mv))
+                view[fill : fill + n] = mv[:n]
+                fill += n
+                mv = mv[n:]
+                if fill == RECORD_MAX:
+                    self._record(view)
+                    fill = 0
+
+        for f, data, sha in carry:
+            if data is not None:
+                put(data)
+                continue
+            # a big file: read again as it goes; it must still be what was hashed
+            size = sizes[f.rel]
             h = hashlib.sha256()
-            left = f.size
-            with open(f.source, "rb", buffering=0) as src:
+            left = size
+            assert f.source is not None
+            try:
+                fd = os.open(f.source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                with os.fdopen(fd, "rb", buffering=0) as src:
+                    while left > 0:
+                        n = src.readinto(view[fill : fill + min(RECORD_MAX - fill, left)])
+                        if not n:
+                            break
+                        h.update(view[fill : fill + n])
+                        fill += n
+                        left -= n
+                        if fill == RECORD_MAX:
+                            self._record(view)
+                            fill = 0
+            if left or h.hexdigest() != sha:
+                if self.phase != "bulk":
+                    raise StreamError(
+                        f"{f.rel} changed while it was being sent",
+                        hint="pause what writes it and send again: only what the receiver "
+                        "does not hold yet goes",
+                    )
+                # the bulk goes on: the receiver keeps nothing of it (its bytes do not
+                # match), and the final phase, the agent paused, sends it again
+                self.report.unsettled.append(f.rel)
+                self.sent.discard(bytes.fromhex(sha))
                 while left > 0:
-                    n = src.readinto(view[fill : fill + min(RECORD_MAX - fill, left)])
-                    if not n:
-                        break
-                    h.update(view[fill : fill + n])
+                    n = min(RECORD_MAX - fill, left)
+                    view[fill : fill + n] = bytes(n)
                     fill += n
                     left -= n
                     if fill == RECORD_MAX:
-                        self._data(view)
+                        self._record(view)
                         fill = 0
-            if left or h.hexdigest() != f.sha256:
-                raise StreamError(
-                    f"{f.rel} changed while it was being sent",
-                    hint="send again: only what the receiver does not hold yet goes",
-                )
         if fill:
-            self._data(view[:fill])
-        self.pending = []
-        self.pending_bytes = 0
+            self._record(view[:fill])
 
-    def _data(self, buf: memoryview) -> None:
+    def _record(self, buf: memoryview) -> None:
         self.w.write(M.DATA, buf)  # the writer takes its own copy
         self.report.data_bytes += len(buf)
         self.progress(len(buf))
@@ -166,10 +454,8 @@ def send_agent(
     if phase not in M.PHASES:
         raise StreamError(f"unknown phase {phase!r}", hint="use full, bulk or final")
     since = since or {}
-    s = agent.settings
     folders = agent.folders
-    grants = folders.sandbox_toml.read_text() if folders.sandbox_toml.exists() else ""
-    head = M.Head(s.id, s.owner, s.name, s.to_toml(), grants, phase, base_stream)
+    head = agent_head(agent, phase, base_stream)
     writer = StreamWriter(
         out, recipient, {"kind": "lnk-move", "phase": phase}, level=level, workers=workers
     )
@@ -179,18 +465,21 @@ def send_agent(
     stats = WalkStats()
     spool = tempfile.TemporaryFile(dir=snap_dir)  # noqa: SIM115 - closed below
     pool = ThreadPoolExecutor(1, "lnk-export")
+    readers = ThreadPoolExecutor(READERS, "lnk-read")
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
         spooled = pool.submit(_spool_collections, agent, spool, since, inventory)
-        sender = _Sender(writer, inventory, report, progress)
-        for f in walk_agent(folders.root, cache, stats, snap_dir):
+        sender = _Sender(writer, inventory, report, progress, phase, cache, readers, snap_dir)
+        for f in walk_agent(
+            folders.root, cache, stats, snap_dir, hash_files=False, links=True, sqlite=False
+        ):
             sender.add(f)
         sender.flush()
         done = spooled.result()
         report.collections, report.collection_records = done.collections, done.records
         report.watermarks = done.watermarks
         _send_spool(writer, spool)
-        report.hashed_bytes = stats.hashed_bytes
+        report.hashed_bytes += stats.hashed_bytes
         report.skipped_links = stats.skipped_links
         report.skipped_special = stats.skipped_special
         writer.write(
@@ -212,6 +501,7 @@ def send_agent(
         raise
     finally:
         pool.shutdown(wait=True)
+        readers.shutdown(wait=True, cancel_futures=True)
         spool.close()
         cache.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
@@ -248,11 +538,10 @@ def _spool_collections(
                     )
             last = start
             out.collections += 1
-            for rec in store.export(cid, start):
+            for rec, line in export_lines(store, cid, start):
                 if rec.get("t") == "event":
                     last = max(last, int(rec["n"]))
-                spool.write(json.dumps(rec, separators=(",", ":"), ensure_ascii=False).encode())
-                spool.write(b"\n")
+                spool.write(line)
                 out.records += 1
             if cid.shape == "log":
                 out.watermarks[key] = last

@@ -61,6 +61,7 @@ class Stage:
         self.data_bytes = 0
         self.pending: list[M.FileEntry] = []
         self.unresolved: list[M.FileEntry] = []
+        self.unsettled: set[str] = set()  # bulk only: content whose bytes did not match
         self.cur: Any = None  # open file for the pending entry's bytes
         self.cur_hash: Any = None
         self.cur_left = 0
@@ -144,14 +145,23 @@ class Stage:
                 self.db.execute(
                     "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
                     "VALUES (?,?,?,?,?,?,?,?)",
-                    (e.path, M.fold(e.path), e.kind, e.mode, e.size, e.sha256, e.group, e.mtime_ns),
+                    (
+                        e.path,
+                        M.fold(e.path),
+                        e.kind,
+                        e.mode,
+                        e.size,
+                        e.target if e.kind == "l" else e.sha256,  # a link keeps its target
+                        e.group,
+                        e.mtime_ns,
+                    ),
                 )
             except sqlite3.IntegrityError:
                 raise M.bad(
                     f"{e.path!r} appears twice, or differs from another path only by "
                     "case or Unicode normalisation"
                 ) from None
-            if e.kind == "d":
+            if e.kind != "f":
                 continue
             self.files += 1
             if e.group is not None:
@@ -223,6 +233,8 @@ class Stage:
                 mine = self.db.execute("SELECT i FROM e WHERE path=?", (e.path,)).fetchone()
                 if first[0] != mine[0]:
                     continue  # a link to an earlier member of this stream
+            if e.sha256 in self.unsettled:
+                continue  # a bulk's unsettled content: never applied (only bulks have any)
             if self.r.held(e.sha256) is None:
                 raise M.bad(
                     f"{e.path!r} carries no bytes and its content is held nowhere "
@@ -254,7 +266,14 @@ class Stage:
         self.cur.close()
         self.cur = None
         if self.cur_hash.hexdigest() != e.sha256:
-            raise M.bad(f"the bytes of {e.path!r} do not match its SHA-256")
+            assert self.head is not None
+            if self.head.phase != "bulk":
+                raise M.bad(f"the bytes of {e.path!r} do not match its SHA-256")
+            # a bulk goes while the agent runs: a file that changed while the sender read
+            # it is unsettled; nothing of it is kept, and the final phase carries it
+            (self.work / "incoming" / "part").unlink()
+            self.unsettled.add(e.sha256)
+            return
         os.replace(self.work / "incoming" / "part", self.r.objects / e.sha256)
 
     def _no_pending_data(self) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lnk.payload.cachedb import CacheDB
+from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
 from lnk.payload.manifest import FILE_ROOTS, read_only
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -39,6 +39,8 @@ class WalkedFile:
     group: int | None = None  # hard-link group number
     group_first: bool = True  # the first entry of its group carries the bytes
     source: Path | None = None  # where to read the bytes (a snapshot for SQLite)
+    snapshot: bool = False  # source is a private snapshot, not the file itself
+    target: str = ""  # a symbolic link's target text (kind "l")
 
 
 @dataclass
@@ -47,6 +49,7 @@ class WalkStats:
     folders: int = 0
     bytes: int = 0
     skipped_links: int = 0
+    links: int = 0  # carried as links
     skipped_special: int = 0
     hashed_bytes: int = 0
     snapshots: list[Path] = field(default_factory=list)
@@ -63,28 +66,86 @@ def sha256_file(path: Path) -> str:
 
 
 class HashCache(CacheDB):
-    """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same."""
+    """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same.
+
+    Rows are keyed by (folder, name) and read a folder at a time (one query per
+    folder, not per file); writes go in batches of a few thousand."""
+
+    DIRS_KEPT = 64  # folders whose rows are held (a walk goes in and out of a few)
 
     def __init__(self, path: Path | None) -> None:
         super().__init__(
             path,
             (
-                "CREATE TABLE IF NOT EXISTS h (path TEXT PRIMARY KEY, size INT, "
-                "mtime INT, ctime INT, ino INT, sha TEXT)",
+                "DROP TABLE IF EXISTS h",  # the one-row-per-path cache before folders
+                "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
+                "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID",
             ),
         )
+        self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
+        self._rows: list[tuple[str, str, int, int, int, int, str]] = []
+
+    def _folder(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
+        rows = self._dirs.get(d)
+        if rows is None:
+            if len(self._dirs) >= self.DIRS_KEPT:
+                self._dirs.clear()
+            rows = {}
+            if self.db is not None:
+                self._flush_rows()
+                for name, size, mtime, ctime, ino, sha in self.db.execute(
+                    "SELECT name, size, mtime, ctime, ino, sha FROM h2 WHERE dir=?", (d,)
+                ):
+                    rows[name] = (size, mtime, ctime, ino, sha)
+            self._dirs[d] = rows
+        return rows
+
+    def remembered(self, rel: str) -> str | None:
+        """The SHA-256 remembered for ``rel``, whatever its stat is now."""
+        d, _, name = rel.rpartition("/")
+        row = self._folder(d).get(name)
+        return row[4] if row else None
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
-        row = self.row("SELECT size, mtime, ctime, ino, sha FROM h WHERE path=?", (rel,))
-        if row and tuple(row[:4]) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
-            return str(row[4])
+        d, _, name = rel.rpartition("/")
+        row = self._folder(d).get(name)
+        if row and row[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+            return row[4]
         return None
 
     def store(self, rel: str, st: os.stat_result, sha: str) -> None:
-        self.write(
-            "INSERT OR REPLACE INTO h VALUES (?,?,?,?,?,?)",
-            (rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha),
-        )
+        if self.db is None:
+            return
+        d, _, name = rel.rpartition("/")
+        row = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha)
+        held = self._dirs.get(d)
+        if held is not None:
+            held[name] = row
+        self._rows.append((d, name, *row))
+        if len(self._rows) >= COMMIT_EVERY:
+            self._flush_rows()
+
+    def _flush_rows(self) -> None:
+        if self._rows and self.db is not None:
+            self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
+            self._rows = []
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN")
+
+    def close(self) -> None:
+        self._flush_rows()
+        super().close()
+
+
+def _link_target(path: str) -> str | None:
+    """A link's target as text, if it can travel (UTF-8, no longer than a path)."""
+    try:
+        target = os.readlink(path)
+        if len(target.encode("utf-8")) > 4096 or not target:
+            return None
+    except (OSError, UnicodeEncodeError):
+        return None  # gone meanwhile, or not UTF-8: skipped and counted
+    return target
 
 
 def is_sqlite(path: Path) -> bool:
@@ -97,7 +158,9 @@ def is_sqlite(path: Path) -> bool:
 
 def sqlite_snapshot(path: Path, into: Path) -> Path:
     """A consistent copy of a live database, through SQLite's online backup API."""
-    dest = into / f"snap-{len(list(into.iterdir()))}.sqlite"
+    fd, name = tempfile.mkstemp(prefix="snap-", suffix=".sqlite", dir=into)
+    os.close(fd)
+    dest = Path(name)
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         dst = sqlite3.connect(dest)
@@ -117,8 +180,15 @@ def walk_agent(
     snapshot_dir: Path | None = None,
     *,
     hash_files: bool = True,
+    links: bool = False,
+    sqlite: bool = True,
 ) -> Iterator[WalkedFile]:
     """Every folder and regular file under the agent's file roots, in a stable order.
+
+    ``sqlite=False``: SQLite databases are not told from other files here (the caller
+    looks at the first bytes it reads, and snapshots them itself).
+    ``links=True``: symbolic links are yielded too (kind "l", their target text, never
+    followed); otherwise they are skipped and counted.
 
     ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
     caller that reads and hashes every file anyway, such as a backup)."""
@@ -132,7 +202,7 @@ def walk_agent(
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue
-        yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files)
+        yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files, links, sqlite)
 
 
 def _walk_dir(
@@ -143,6 +213,8 @@ def _walk_dir(
     groups: dict[tuple[int, int, bool], int],
     snap_dir: Path,
     hash_files: bool = True,
+    links: bool = False,
+    sqlite: bool = True,
 ) -> Iterator[WalkedFile]:
     """One root, depth first, a folder before its contents; iterative (any depth)."""
     st = os.lstat(path)
@@ -161,7 +233,12 @@ def _walk_dir(
         except FileNotFoundError:
             continue
         if stat.S_ISLNK(est.st_mode):
-            stats.skipped_links += 1
+            target = _link_target(e.path) if links else None
+            if target is None:
+                stats.skipped_links += 1
+            else:
+                stats.links += 1
+                yield WalkedFile(erel, "l", 0o777, target=target)
             continue
         if stat.S_ISDIR(est.st_mode):
             stats.folders += 1
@@ -173,7 +250,7 @@ def _walk_dir(
             continue
         if any(e.name.endswith(s) and e.name[: -len(s)] in names for s in SQLITE_SIDECARS):
             continue  # folded into the database's snapshot
-        yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files)
+        yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
 
 
 def _listing(path: Path) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
@@ -195,6 +272,7 @@ def _file(
     groups: dict[tuple[int, int, bool], int],
     snap_dir: Path,
     hash_files: bool = True,
+    sqlite: bool = True,
 ) -> WalkedFile:
     stats.files += 1
     mode = stat.S_IMODE(st.st_mode)
@@ -209,14 +287,14 @@ def _file(
             group = groups[key] = len(groups)
     # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
     sha = cache.lookup(rel, st)
-    if sha is None and st.st_size >= 16 and is_sqlite(path):
+    if sqlite and sha is None and st.st_size >= 16 and is_sqlite(path):
         snap = sqlite_snapshot(path, snap_dir)
         stats.snapshots.append(snap)
         size = snap.stat().st_size
         stats.hashed_bytes += size
         stats.bytes += size
         return WalkedFile(
-            rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap
+            rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap, True
         )
     if sha is None and not hash_files:
         sha = ""

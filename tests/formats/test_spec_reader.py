@@ -85,3 +85,33 @@ def test_spec_reader_agrees(name: str) -> None:
     for rtype, body in recs:
         h.update(struct.pack(">BI", rtype, len(body)) + body)
     assert len(recs) == int(spec["records"]) and h.hexdigest() == spec["records-sha256"]
+
+
+def test_spec_reader_reads_the_agent_payload() -> None:
+    """Section 7 as a stranger reads it: entries, a link's target as text, the summary."""
+    import json
+
+    spec = fields("success-agent-payload")
+    _, recs = spec_read(
+        (VECTORS / "success-agent-payload.bin").read_bytes(),
+        bytes.fromhex(spec["receiver-seed"]),
+    )
+    assert [t for t, _ in recs] == [0x01, 0x02, 0x03, 0x05]
+    assert json.loads(recs[0][1])["manifest"] == "lnk-move-4.json"
+    entries = json.loads(recs[1][1])
+    data = recs[2][1]
+    files = links = 0
+    for e in entries:
+        if e["t"] == "l":  # section 7.3: a link carries only p, t and l
+            assert set(e) == {"p", "t", "l"} and isinstance(e["l"], str) and e["l"]
+            links += 1
+        elif e["t"] == "f":
+            files += 1
+            if e["d"]:
+                got, data = data[: e["s"]], data[e["s"] :]
+                assert hashlib.sha256(got).hexdigest() == e["h"]
+        else:
+            assert e["t"] == "d" and set(e) == {"p", "t", "m"}
+    assert data == b"" and links == 2
+    summary = json.loads(recs[3][1])
+    assert summary["entries"] == len(entries) and summary["files"] == files

@@ -36,7 +36,6 @@ class Crash(Exception):
 
 def _expected(a: Any) -> dict[str, Any]:
     want = agent_files(a.folders.root)
-    want.pop("Home/passwd", None)
     return want
 
 

@@ -128,19 +128,67 @@ def test_nothing_is_written_through_a_symlink_at_the_destination(
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
-def test_a_file_where_the_destination_has_a_symlink_is_refused(dest: Dest, tmp_path: Path) -> None:
+def test_a_file_where_the_destination_has_a_symlink_replaces_the_link_not_its_target(
+    dest: Dest, tmp_path: Path
+) -> None:
     target = tmp_path / "elsewhere" / "target"
     target.write_bytes(b"untouched")
     os.symlink(target, dest.machine.folders("work").home / "l")
-    dest.before = machine_tree(dest.machine)
-    dest.refuse(files(dest, [fentry("Home/l", b"over")], b"over"), Refused, "symbolic link")
+    assert receive_bytes(dest.machine, dest.r, files(dest, [fentry("Home/l", b"over")], b"over"))
+    placed = dest.machine.folders("work").home / "l"
+    assert not placed.is_symlink() and placed.read_bytes() == b"over"
     assert target.read_bytes() == b"untouched"
 
 
-@pytest.mark.parametrize("kind", ["l", "c", "b", "p", "s", None, 1])
-def test_links_devices_fifos_never_travel(dest: Dest, kind: object) -> None:
+@pytest.mark.parametrize("kind", ["c", "b", "p", "s", None, 1])
+def test_devices_fifos_never_travel(dest: Dest, kind: object) -> None:
     e = {"p": "Home/x", "t": kind, "m": 0o644}
-    dest.refuse(files(dest, [e]), StreamError, "only files and folders travel")
+    dest.refuse(files(dest, [e]), StreamError, "only files, folders and symbolic links travel")
+
+
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        ({"p": "Home/x", "t": "l", "l": "a", "m": 0o777}, "carries only p, t and l"),
+        ({"p": "Home/x", "t": "l", "l": ""}, "without a target"),
+        ({"p": "Home/x", "t": "l", "l": 5}, "without a target"),
+        ({"p": "Home/x", "t": "l", "l": "a\x00b"}, "invalid link target"),
+        ({"p": "Home/x", "t": "l", "l": "a" * 4097}, "invalid link target"),
+        (
+            {"p": "Home/x", "t": "f", "l": "a", "m": 0, "s": 0, "h": "0" * 64, "d": False},
+            "not a link",
+        ),
+    ],
+)
+def test_bad_link_entries_are_refused(dest: Dest, entry: dict[str, Any], match: str) -> None:
+    dest.refuse(files(dest, [entry]), StreamError, match)
+
+
+def test_nothing_goes_under_a_link_of_the_stream(dest: Dest, tmp_path: Path) -> None:
+    dest.refuse(
+        files(
+            dest,
+            [
+                {"p": "Home/out", "t": "l", "l": str(tmp_path / "elsewhere")},
+                fentry("Home/out/x", b"x"),
+            ],
+            b"x",
+        ),
+        StreamError,
+        "its folder is a file",
+    )
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_link_that_escapes_is_carried_as_text_and_nothing_is_written_through_it(
+    dest: Dest, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere"
+    data = files(dest, [{"p": "Home/escape", "t": "l", "l": str(outside)}, dentry("Home/docs")])
+    assert receive_bytes(dest.machine, dest.r, data).committed
+    home = dest.machine.folders("work").home
+    assert os.readlink(home / "escape") == str(outside)
+    assert list(outside.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -259,7 +259,7 @@ def honest_summary(records: list[tuple[int, bytes]]) -> dict[str, int]:
         if rtype == M.FILES:
             batch = json.loads(body)
             entries += len(batch)
-            files += sum(1 for e in batch if isinstance(e, dict) and e.get("t") != "d")
+            files += sum(1 for e in batch if isinstance(e, dict) and e.get("t") not in ("d", "l"))
         elif rtype == M.DATA:
             data += len(body)
         elif rtype == M.COLLECTION:

@@ -118,6 +118,51 @@ def flip_word(rec: bytes, value: int | None = None, xor: int = 0) -> bytes:
     return struct.pack(">I", w) + rec[4:]
 
 
+def agent_payload() -> Records:
+    """HEAD, one FILES batch (folders, a file with bytes, an empty file, a symbolic link
+    whose target leaves the agent), its DATA, and SUMMARY (docs/stream-format.md 7)."""
+
+    def j(obj: object) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    body = b"print('hello')\n"
+    entries = [
+        {"p": "Home", "t": "d", "m": 0o755},
+        {"p": "Home/src", "t": "d", "m": 0o755},
+        {
+            "p": "Home/src/main.py",
+            "t": "f",
+            "m": 0o644,
+            "s": len(body),
+            "h": hashlib.sha256(body).hexdigest(),
+            "d": True,
+            "mt": 1_700_000_000_000_000_000,
+        },
+        {
+            "p": "Home/empty",
+            "t": "f",
+            "m": 0o600,
+            "s": 0,
+            "h": hashlib.sha256().hexdigest(),
+            "d": False,
+            "mt": 0,
+        },
+        {"p": "Home/python", "t": "l", "l": "/usr/bin/python3"},
+        {"p": "Home/src/latest", "t": "l", "l": "main.py"},
+    ]
+    head = {
+        "manifest": "lnk-move-4.json",
+        "format": 4,
+        "agent": {"id": "ag-" + "a" * 20, "owner": "local-vectors", "name": "work"},
+        "settings": {"format": 2},
+        "grants": "",
+        "phase": "full",
+        "base_stream": None,
+    }
+    summary = {"entries": 6, "files": 2, "data_bytes": len(body), "collections": 0, "records": 0}
+    return [(0x01, j(head)), (0x02, j(entries)), (0x03, body), (0x05, j(summary))]
+
+
 def cases() -> list[tuple[str, str, bytes, ReceiverKey, Records | None, str]]:
     out: list[tuple[str, str, bytes, ReceiverKey, Records | None, str]] = []
 
@@ -151,6 +196,8 @@ def cases() -> list[tuple[str, str, bytes, ReceiverKey, Records | None, str]]:
         level=None,
         workers=1,
     )
+
+    ok("success-agent-payload", agent_payload(), "an agent's payload (section 7): a link entry")
 
     base_recs: Records = [
         (0x01, b"record zero " * 4),

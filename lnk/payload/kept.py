@@ -1,0 +1,132 @@
+"""A move back merges the folders the agent left here into what arrives.
+
+When an agent moves away, its folders are kept in ``~/Link/Moved/<name>-*``
+with the SHA-256 cache of its last send (``.lnk-hashes.sqlite``).  A person may
+add or change files there meanwhile.  When the agent comes back, nothing of
+theirs is lost:
+
+- a file added there, or changed there while the agent left it as it was, is
+  kept (it takes its place in what arrives);
+- a file changed both there and in the agent is kept beside the agent's, as
+  ``<name>.moved-conflict-<date>``;
+- the receive reports both (``kept_from_moved``, ``conflicts``).
+
+What changed there is told at prepare by the cache: a file whose stat is not
+the one the cache remembers from the move changed after it (its SHA-256 then
+is the cache's, if any: absent for a file added there).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from lnk.payload.walk import HashCache
+
+CONFLICT = ".moved-conflict-"
+
+
+class ChangeRecorder(HashCache):
+    """The kept folder's cache, noting every file it no longer vouches for."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__(path)
+        self.changed: dict[str, str | None] = {}
+
+    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+        sha = super().lookup(rel, st)
+        if sha is None:
+            self.changed[rel] = self.remembered(rel)
+        return sha
+
+
+def record_changes(con: sqlite3.Connection, changed: dict[str, str | None]) -> None:
+    con.execute("CREATE TABLE IF NOT EXISTS changed (rel TEXT PRIMARY KEY, orig TEXT)")
+    con.executemany("INSERT OR REPLACE INTO changed VALUES (?,?)", changed.items())
+
+
+def _staged(work: Path, rel: str) -> Path:
+    if rel == "Home" or rel.startswith("Home/"):
+        return work / "home" / rel[5:]
+    return work / "agent" / rel[len("Agent/") :]
+
+
+def _free_name(p: Path, stamp: str) -> Path:
+    cand = p.with_name(f"{p.name}{CONFLICT}{stamp}")
+    n = 2
+    while os.path.lexists(cand):
+        cand = p.with_name(f"{p.name}{CONFLICT}{stamp}-{n}")
+        n += 1
+    return cand
+
+
+def merge(
+    local: sqlite3.Connection | None, stage_db: sqlite3.Connection, base: Path, work: Path
+) -> tuple[list[str], list[dict[str, str]], bool]:
+    """Stage what a person added or changed in the kept folder ``base``.
+
+    Returns the paths kept, the conflicts ({"path", "kept_as"}), and whether every
+    one found its place (if not, the kept folder is not deleted)."""
+    kept: list[str] = []
+    conflicts: list[dict[str, str]] = []
+    whole = True
+    if local is None:
+        return kept, conflicts, whole
+    try:
+        rows = local.execute("SELECT rel, orig FROM changed ORDER BY rel").fetchall()
+    except sqlite3.OperationalError:  # prepared without a kept folder
+        return kept, conflicts, whole
+    stamp = time.strftime("%Y%m%d")
+    for rel, orig in rows:
+        src = base / rel
+        try:
+            st = os.lstat(src)
+        except OSError:
+            continue  # gone again since prepare
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        cur = local.execute("SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
+        cur_sha = str(cur[0]) if cur else None
+        row = stage_db.execute("SELECT kind, sha FROM e WHERE path=?", (rel,)).fetchone()
+        target = _staged(work, rel)
+        if row is not None and row[0] == "f" and row[1] == cur_sha:
+            continue  # the agent has it as it is here
+        try:
+            if row is None or (row[0] == "f" and orig is not None and row[1] == orig):
+                # added here, or changed only here: the person's version takes its place
+                if os.path.lexists(target) and not target.is_symlink() and target.is_dir():
+                    raise IsADirectoryError(str(target))
+                _place(src, target)
+                kept.append(rel)
+            else:  # changed here and in the agent: both stay, the person's beside
+                beside = _free_name(target, stamp)
+                _place(src, beside)
+                conflicts.append({"path": rel, "kept_as": rel[: -len(target.name)] + beside.name})
+        except OSError:
+            whole = False  # no place for it: the kept folder stays where it is
+    return kept, conflicts, whole
+
+
+def _place(src: Path, dest: Path) -> None:
+    parent = dest.parent
+    # folders the agent no longer has come back for the person's file (never through a link)
+    missing = []
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = parent.parent
+    if not parent.is_dir() or parent.is_symlink():
+        raise NotADirectoryError(str(parent))
+    for d in reversed(missing):
+        d.mkdir(mode=0o700)
+    if os.path.lexists(dest):
+        os.unlink(dest)
+    shutil.copy2(src, dest, follow_symlinks=False)
+
+
+def result(kept: list[str], conflicts: list[dict[str, str]]) -> dict[str, Any]:
+    return {"kept_from_moved": kept, "conflicts": conflicts}

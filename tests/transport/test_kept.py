@@ -1,0 +1,90 @@
+"""A move back merges the folders the agent left here: nothing of the person's is lost."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from transport_helpers import (
+    agent_files,
+    load_agent,
+    move,
+    prepare,
+    receive_bytes,
+    sample_agent,
+    send_bytes,
+    write,
+)
+
+from lnk.agents.layout import Machine
+from lnk.move.moved import leave
+
+OLD = 1_600_000_000_000_000_000
+
+
+def test_a_move_back_keeps_what_a_person_added_or_changed_in_the_kept_folder(
+    src: Machine, dst: Machine
+) -> None:
+    a = sample_agent(src)
+    h = a.folders.home
+    for name in ("mine.txt", "both.txt", "theirs.txt", "gone-there.txt"):
+        write(h / name, f"{name} as it left\n".encode(), 0o644, OLD)
+    write(h / "deep" / "er" / "x.txt", b"x\n", 0o644, OLD)
+    move(a, dst)
+    note = leave(src, a, "b")
+    kept = Path(note["kept"]) / "Home"
+    # a person works in the kept folder ...
+    write(kept / "added.txt", b"added here\n")
+    write(kept / "mine.txt", b"changed here only\n")
+    write(kept / "both.txt", b"changed here\n")
+    write(kept / "deep" / "er" / "new.txt", b"new in a folder the agent drops\n")
+    # ... while the agent works at b
+    b = load_agent(dst)
+    bh = b.folders.home
+    write(bh / "both.txt", b"changed there\n")
+    write(bh / "theirs.txt", b"changed there only\n")
+    (bh / "gone-there.txt").unlink()
+    import shutil
+
+    shutil.rmtree(bh / "deep")
+    r = prepare(src, b.id)
+    data, _ = send_bytes(b, r, inventory=r.inventory())
+    rep = receive_bytes(src, r, data)
+    assert rep.committed
+    back = load_agent(src).folders.home
+    assert (back / "added.txt").read_bytes() == b"added here\n"
+    assert (back / "mine.txt").read_bytes() == b"changed here only\n"
+    assert (back / "theirs.txt").read_bytes() == b"changed there only\n"
+    assert (back / "both.txt").read_bytes() == b"changed there\n"
+    assert (back / "deep" / "er" / "new.txt").read_bytes() == b"new in a folder the agent drops\n"
+    assert not (back / "gone-there.txt").exists()  # the agent removed it; nobody changed it here
+    assert not (back / "deep" / "er" / "x.txt").exists()
+    [c] = rep.conflicts
+    assert c["path"] == "Home/both.txt"
+    assert re.fullmatch(r"Home/both\.txt\.moved-conflict-\d{8}", c["kept_as"])
+    assert (back.parent / c["kept_as"]).read_bytes() == b"changed here\n"
+    assert sorted(rep.kept_from_moved) == [
+        "Home/added.txt",
+        "Home/deep/er/new.txt",
+        "Home/mine.txt",
+    ]
+    assert os.readlink(back / "passwd") == "/etc/passwd"  # a link survives the round trip
+    assert not Path(note["kept"]).exists()  # every file found its place: the folder goes
+
+
+def test_an_unchanged_round_trip_keeps_everything_and_reports_nothing(
+    src: Machine, dst: Machine
+) -> None:
+    a = sample_agent(src)
+    write(a.folders.home / "a.txt", b"a\n", 0o644, OLD)
+    want = agent_files(a.folders.root)
+    move(a, dst)
+    leave(src, a, "b")
+    b = load_agent(dst)
+    r = prepare(src, b.id)
+    data, srep = send_bytes(b, r, inventory=r.inventory())
+    assert srep.data_bytes == 0  # the kept folder holds every byte
+    rep = receive_bytes(src, r, data)
+    assert rep.kept_from_moved == [] and rep.conflicts == []
+    assert agent_files(load_agent(src).folders.root) == want

@@ -1,0 +1,227 @@
+"""Files that change while the agent is sent: normal in a bulk, settled in the final.
+
+A real writer process appends to a log, replaces a file by rename and writes a
+SQLite database in WAL mode while the bulk goes; it stops (the agent is
+paused), the final goes, and the destination holds exactly what the source
+held at the pause.  No test here times anything.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transport_helpers import (
+    agent_files,
+    collections_of,
+    load_agent,
+    make_agent,
+    prepare,
+    receive_bytes,
+    send_bytes,
+    write,
+)
+
+from lnk.agents.layout import Machine
+from lnk.errors import StreamError
+from lnk.payload import send as S
+
+WRITER = r"""
+import os, sqlite3, sys, time
+home, stop = sys.argv[1], sys.argv[2]
+db = sqlite3.connect(os.path.join(home, "state.db"), isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v TEXT)")
+i = 0
+open(os.path.join(home, "started"), "w").close()
+with open(os.path.join(home, "agent.log"), "ab", buffering=0) as log:
+    while not os.path.exists(stop):
+        i += 1
+        log.write(b"line %d %s\n" % (i, b"x" * 200))
+        if i % 10 == 0:
+            tmp = os.path.join(home, ".status.tmp")
+            with open(tmp, "wb") as f:
+                f.write(b"status %d\n" % i * 50)
+            os.replace(tmp, os.path.join(home, "status.txt"))
+        if i % 5 == 0:
+            db.execute("INSERT INTO t (v) VALUES (?)", ("row %d" % i,))
+        time.sleep(0.001)
+db.close()
+"""
+
+SQLITE = {"Home/state.db", "Home/state.db-wal", "Home/state.db-shm"}
+
+
+def _rows(db: Path) -> list[Any]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT i, v FROM t ORDER BY i").fetchall()
+    finally:
+        con.close()
+
+
+def _files(root: Path) -> dict[str, Any]:
+    return {k: v for k, v in agent_files(root).items() if k not in SQLITE}
+
+
+def _start_writer(home: Path, stop: Path) -> subprocess.Popen[bytes]:
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(home), str(stop)])
+    while not (home / "started").exists():
+        assert p.poll() is None, "the writer died"
+        time.sleep(0.01)
+    return p
+
+
+@pytest.mark.parametrize("rounds", [3])
+def test_a_running_agent_moves_bulk_then_final(src: Machine, dst: Machine, rounds: int) -> None:
+    a = make_agent(src)
+    home = a.folders.home
+    write(home / "agent.log", os.urandom(3 << 20))  # big: hashed, then read again to send
+    for i in range(200):
+        write(home / "src" / f"m{i // 20}" / f"f{i}.py", os.urandom(100 + i * 37))
+    stop = src.home / "stop"
+    for n in range(rounds):
+        stop.unlink(missing_ok=True)
+        writer = _start_writer(home, stop)
+        try:
+            r = prepare(dst, a.id if n else None)
+            bulk, brep = send_bytes(a, r, phase="bulk")
+            assert receive_bytes(dst, r, bulk).phase == "bulk"
+        finally:
+            stop.touch()  # the agent is paused: nothing writes any more
+            assert writer.wait(30) == 0
+        final, _ = send_bytes(
+            a,
+            r,
+            phase="final",
+            since=brep.watermarks,
+            base_stream=brep.stream_id,
+            inventory=r.inventory(),
+        )
+        rep = receive_bytes(dst, r, final)
+        assert rep.committed
+        b = load_agent(dst)
+        want = _files(a.folders.root)
+        want.pop("Home/started", None)
+        got = _files(b.folders.root)
+        got.pop("Home/started", None)
+        assert got == want
+        assert _rows(b.folders.home / "state.db") == _rows(home / "state.db")
+        assert collections_of(b) == collections_of(a)
+        # the destination's copy goes before the next round (a move back would replace it)
+        from lnk.agents import registry
+
+        registry.remove(dst, b, keep_files=False)
+
+
+def _never_settles(name: str) -> Any:
+    real = S._same
+
+    def same(x: os.stat_result, y: os.stat_result) -> bool:
+        return False if x.st_ino == os.lstat(name).st_ino else real(x, y)
+
+    return same
+
+
+def test_a_file_that_never_settles_fails_a_one_phase_send_naming_it(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_agent(src)
+    write(a.folders.home / "ok.txt", b"fine\n")
+    log = write(a.folders.home / "logs" / "busy.log", b"busy\n" * 100)
+    monkeypatch.setattr(S, "_same", _never_settles(str(log)))
+    r = prepare(dst)
+    with pytest.raises(StreamError, match=r"Home/logs/busy\.log kept changing"):
+        send_bytes(a, r)
+    with pytest.raises(StreamError, match=r"Home/logs/busy\.log kept changing"):
+        send_bytes(a, r, phase="final")
+
+
+def test_a_file_that_never_settles_is_unsettled_in_a_bulk_and_settled_in_the_final(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_agent(src)
+    write(a.folders.home / "ok.txt", b"fine\n")
+    log = write(a.folders.home / "busy.log", b"busy\n" * 100)
+    monkeypatch.setattr(S, "_same", _never_settles(str(log)))
+    r = prepare(dst)
+    bulk, brep = send_bytes(a, r, phase="bulk")
+    assert brep.unsettled == ["Home/busy.log"]
+    receive_bytes(dst, r, bulk)
+    monkeypatch.undo()  # paused: it holds still
+    write(log, b"the last word\n")
+    final, _ = send_bytes(
+        a,
+        r,
+        phase="final",
+        since=brep.watermarks,
+        base_stream=brep.stream_id,
+        inventory=r.inventory(),
+    )
+    assert receive_bytes(dst, r, final).committed
+    assert (load_agent(dst).folders.home / "busy.log").read_bytes() == b"the last word\n"
+
+
+def test_a_big_file_changed_between_its_hash_and_its_bytes(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bulk goes on (the receiver keeps nothing of it); a one-phase send fails naming it."""
+    a = make_agent(src)
+    big = write(a.folders.home / "big.bin", os.urandom(2 << 20))
+    write(a.folders.home / "small.txt", b"small\n")
+    real = S.read_settled
+
+    def read_then_change(path: Path, keep: bool, tries: int = S.SETTLE_TRIES) -> Any:
+        got = real(path, keep, tries)
+        if Path(path) == big:
+            with open(big, "r+b") as f:
+                f.write(os.urandom(64))  # rewritten in place
+        return got
+
+    monkeypatch.setattr(S, "read_settled", read_then_change)
+    r = prepare(dst)
+    bulk, brep = send_bytes(a, r, phase="bulk")
+    assert brep.unsettled == ["Home/big.bin"]
+    assert receive_bytes(dst, r, bulk).phase == "bulk"
+    assert not any(p.stat().st_size > 1 << 20 for p in r.objects.iterdir())  # nothing kept
+    with pytest.raises(StreamError, match=r"Home/big\.bin changed while it was being sent"):
+        send_bytes(a, prepare(dst))
+    monkeypatch.undo()
+    final, _ = send_bytes(
+        a,
+        r,
+        phase="final",
+        since=brep.watermarks,
+        base_stream=brep.stream_id,
+        inventory=r.inventory(),
+    )
+    assert receive_bytes(dst, r, final).committed
+    assert (load_agent(dst).folders.home / "big.bin").read_bytes() == big.read_bytes()
+
+
+def test_a_file_gone_before_it_is_read_is_not_sent(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = make_agent(src)
+    gone = write(a.folders.home / "tmp.part", b"partial\n")
+    write(a.folders.home / "kept.txt", b"kept\n")
+    real = S.read_settled
+
+    def vanish(path: Path, keep: bool, tries: int = S.SETTLE_TRIES) -> Any:
+        if Path(path) == gone:
+            gone.unlink(missing_ok=True)
+        return real(path, keep, tries)
+
+    monkeypatch.setattr(S, "read_settled", vanish)
+    r = prepare(dst)
+    data, rep = send_bytes(a, r)
+    assert rep.vanished == 1
+    assert receive_bytes(dst, r, data).committed
+    home = load_agent(dst).folders.home
+    assert (home / "kept.txt").read_bytes() == b"kept\n" and not (home / "tmp.part").exists()

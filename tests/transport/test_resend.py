@@ -1,0 +1,132 @@
+"""The property: a re-send against the receiver's base gives exactly what a full send gives.
+
+Random trees, then random edits (add, change, remove, rename, hard-link, change mode,
+symbolic link); the agent is sent again to the machine that holds its earlier copy
+(with that machine's inventory) and, whole, to a machine that never saw it. Both end
+with the same agent; the re-sent one keeps, besides, only the Home files the agent
+no longer has (a receive adds to Home, never deletes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transport_helpers import agent_files, link_groups, load_agent, make_agent, move, write
+
+from lnk.agents.layout import Machine
+
+NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-é", min_size=1, max_size=8).filter(
+    lambda s: s not in (".", "..") and not s.startswith("-")
+)
+SIZES = st.sampled_from([0, 1, 17, 4096, 70_000])
+FILE = st.tuples(SIZES, st.integers(0, 2**32))
+TREE = st.recursive(
+    st.dictionaries(NAMES, FILE, max_size=4),
+    lambda inner: st.dictionaries(NAMES, st.one_of(FILE, inner), max_size=3),
+    max_leaves=10,
+)
+EDIT = st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 99), NAMES, SIZES, st.integers(0, 2**32)),
+    st.tuples(st.just("change"), st.integers(0, 99), st.integers(0, 2**32)),
+    st.tuples(st.just("remove"), st.integers(0, 99)),
+    st.tuples(st.just("rename"), st.integers(0, 99), NAMES),
+    st.tuples(st.just("hardlink"), st.integers(0, 99), NAMES),
+    st.tuples(st.just("chmod"), st.integers(0, 99), st.integers(0, 0o77)),
+    st.tuples(
+        st.just("symlink"), st.integers(0, 99), NAMES, st.sampled_from(["x", "../up", "/abs"])
+    ),
+)
+
+
+def _build(root: Path, spec: dict[str, Any]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, v in spec.items():
+        p = root / name
+        if isinstance(v, dict):
+            _build(p, v)
+        else:
+            size, seed = v
+            write(p, random.Random(seed).randbytes(size), 0o644)
+
+
+def _files(home: Path) -> list[Path]:
+    return sorted(p for p in home.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _dirs(home: Path) -> list[Path]:
+    return [home, *sorted(p for p in home.rglob("*") if p.is_dir() and not p.is_symlink())]
+
+
+def _edit(home: Path, edits: list[tuple[Any, ...]]) -> None:
+    for op, i, *rest in edits:
+        files, dirs = _files(home), _dirs(home)
+        if op == "add" or op == "symlink":
+            d = dirs[i % len(dirs)]
+            p = d / rest[0]
+            if os.path.lexists(p):
+                continue
+            if op == "add":
+                write(p, random.Random(rest[2]).randbytes(rest[1]), 0o644)
+            else:
+                os.symlink(rest[1], p)
+            continue
+        if not files:
+            continue
+        f = files[i % len(files)]
+        if op == "change":
+            f.write_bytes(random.Random(rest[0]).randbytes(100 + rest[0] % 5000))
+        elif op == "remove":
+            f.unlink()
+        elif op == "rename":
+            new = f.parent / rest[0]
+            if not os.path.lexists(new):
+                f.rename(new)
+        elif op == "hardlink":
+            new = f.parent / f"{rest[0]}.hl"
+            if not os.path.lexists(new):
+                os.link(f, new)
+        elif op == "chmod":
+            os.chmod(f, 0o600 | rest[0])
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8))
+def test_a_resend_against_the_base_gives_what_a_full_send_gives(
+    tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
+        a = make_agent(src)
+        _build(a.folders.home, tree)
+        _build(a.folders.agent / "skills", skills)
+        move(a, dst)
+        before = agent_files(load_agent(dst).folders.root)
+        _edit(a.folders.home, edits)
+        _edit(a.folders.agent / "skills", edits[::-1])
+        _, rep = move(a, dst, agent_id=a.id, inventory=True)
+        assert rep.committed
+        move(a, fresh)
+        again = agent_files(load_agent(dst).folders.root)
+        whole = agent_files(load_agent(fresh).folders.root)
+        assert whole == agent_files(a.folders.root)
+        for p, v in whole.items():
+            assert again.get(p) == v, p
+        for p in set(again) - set(whole):  # only Home keeps what the agent no longer has
+            assert p.startswith("Home/") and again[p] == before.get(p), p
+        b_root = load_agent(dst).folders.root
+        for group in link_groups(load_agent(fresh).folders.root):
+            inodes = {os.lstat(b_root / p).st_ino for p in group}
+            assert len(inodes) == 1, group
+        for p, v in whole.items():  # kinds agree on disk (a link is a link, never followed)
+            assert stat.S_ISLNK(os.lstat(b_root / p).st_mode) == (v[0] == "l")
