@@ -124,7 +124,10 @@ def summary_of(records: Iterable[tuple[int, bytes]]) -> dict[str, int]:
     for line in text.split(b"\n"):
         if line.strip():
             lines += 1
-            rec = json.loads(line)
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a hostile line: counted as a line, nothing more
             colls += isinstance(rec, dict) and rec.get("t") == "collection"
     return {
         "entries": entries,
