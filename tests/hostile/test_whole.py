@@ -77,7 +77,12 @@ def test_a_file_where_home_has_a_link(dest: Dest, tmp_path: Path) -> None:
 
     dest.before = tree(dest.home)
     data = dest.stream(records(dest.head(), [*roots(), fentry("Home/l", b"over")], b"over"))
-    dest.refuse(data, REFUSED, "symbolic link")
+    # links travel as links: a file in the stream replaces the link's name, and nothing
+    # is ever written through it (docs/stream-format.md)
+    p = dest.receive(data)
+    assert p.returncode == 0, p.stderr
+    placed = dest.agent_root / "Home" / "l"
+    assert not placed.is_symlink() and placed.read_bytes() == b"over"
     assert (tmp_path / "target").read_bytes() == b"untouched"
 
 
