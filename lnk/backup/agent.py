@@ -310,13 +310,17 @@ def _add_files(
 
     cache, chunks = caches
     groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
-    walk = walk_agent(agent.folders.root, cache, WalkStats(), Path(snap_dir), hash_files=False)
+    walk = walk_agent(
+        agent.folders.root, cache, WalkStats(), Path(snap_dir), hash_files=False, links=True
+    )
     for f in walk:
         if layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
             continue
         report.entries += 1
         if f.kind == "d":
             entry = M.FileEntry(f.rel, "d", f.mode)
+        elif f.kind == "l":  # a symbolic link: its target text, never followed
+            entry = M.FileEntry(f.rel, "l", 0o777, target=f.target)
         else:
             report.files += 1
             sha, size, data = EMPTY_SHA, 0, False

@@ -1,0 +1,50 @@
+"""Symbolic links in Home survive a backup and a restore as links, never followed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bk_helpers import give_keys, sample_agent, write
+
+from lnk.agents import registry
+from lnk.agents.layout import Machine
+from lnk.backup.agent import backup_agent
+from lnk.backup.agent_restore import restore_agent
+
+LINKS = {
+    "proj/node_modules/.bin/tool": "../tool/cli.js",  # a Node project's bin link
+    "venv/bin/python": "/usr/bin/python3",  # a virtualenv's interpreter, absolute
+    "dangling": "no/such/file",
+    "outside": "/etc/hostname",  # a target outside HOME: carried as text, not content
+}
+
+
+def _links(home: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(home):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                out[str(p.relative_to(home))] = os.readlink(p)
+    return out
+
+
+def test_links_round_trip_as_links(src: Machine, dst: Machine, url: str) -> None:
+    a = sample_agent(src)
+    h = a.folders.home
+    write(h / "proj" / "node_modules" / "tool" / "cli.js", b"console.log(1)\n", 0o755)
+    for rel, target in LINKS.items():
+        (h / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, h / rel)
+    rep = backup_agent(src, a, url)
+    assert rep.files == 7  # the sample's six files and cli.js: no link counted as a file
+    give_keys(src, dst)
+    restore_agent(dst, "work", url)
+    b = registry.find(dst, "work")
+    assert _links(b.folders.home) == LINKS
+    # the one real file a link names arrived as the file, once
+    cli = b.folders.home / "proj" / "node_modules" / "tool" / "cli.js"
+    assert cli.read_bytes() == b"console.log(1)\n" and not cli.is_symlink()
+    # nothing was read through the link that points outside HOME
+    assert not (b.folders.home / "outside").exists() or (b.folders.home / "outside").is_symlink()
