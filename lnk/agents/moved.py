@@ -10,13 +10,13 @@ went, and ``lnk agent start`` refuses its ID, saying where it is.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from lnk.agents.layout import Machine
 from lnk.errors import Refused
+from lnk.fsutil import rmtree
 
 DAY = 86400.0
 
@@ -90,6 +90,6 @@ def purge_expired(machine: Machine, now: float | None = None) -> list[str]:
             continue
         until, kept = note.get("until"), note.get("kept")
         if until is not None and now >= until and kept and Path(kept).exists():
-            shutil.rmtree(kept, ignore_errors=True)
+            rmtree(kept)
             gone.append(kept)
     return gone

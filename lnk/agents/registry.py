@@ -7,7 +7,6 @@ ID inside it.  Create is atomic: a failure leaves no folder and no settings.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from lnk.agents.settings import (
     save,
 )
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, UsageError
+from lnk.fsutil import rmtree
 
 DEFAULT_SANDBOX_TOML = """\
 # What this agent may do, in its own terms (lnk agent allow / deny change it).
@@ -167,11 +167,11 @@ def create(
         try:
             save(settings_path, settings)
         except BaseException:
-            shutil.rmtree(folders.root, ignore_errors=True)
+            rmtree(folders.root)
             raise
     finally:
         if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+            rmtree(staging)
     return Agent(machine, settings)
 
 
@@ -190,9 +190,10 @@ def remove(machine: Machine, agent: Agent, *, keep_files: bool) -> Path | None:
             kept.parent.mkdir(parents=True, exist_ok=True)
             root.rename(kept)
         else:
-            shutil.rmtree(root)
-    shutil.rmtree(agent.runtime, ignore_errors=True)
-    shutil.rmtree(agent.net, ignore_errors=True)
+            if not rmtree(root):
+                raise OSError(f"{root} could not be removed wholly")
+    rmtree(agent.runtime)
+    rmtree(agent.net)
     agent.settings_path.unlink(missing_ok=True)
     return kept
 

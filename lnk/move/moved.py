@@ -6,7 +6,6 @@ Leaving: the agent stops here, its folders are kept aside, a note says where it 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from typing import Any
 
@@ -17,6 +16,7 @@ from lnk.agents.moved import DAY, notes_dir, purge_expired
 from lnk.agents.policy import remember
 from lnk.agents.registry import Agent
 from lnk.errors import NotFound, UsageError
+from lnk.fsutil import rmtree
 from lnk.runtime import service
 
 
@@ -46,8 +46,8 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
     d = notes_dir(machine)
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{agent.id}.json").write_text(json.dumps(note, indent=1))
-    shutil.rmtree(agent.runtime, ignore_errors=True)
-    shutil.rmtree(agent.net, ignore_errors=True)
+    rmtree(agent.runtime)
+    rmtree(agent.net)
     agent.settings_path.unlink(missing_ok=True)
     return note
 
