@@ -34,6 +34,7 @@ from lnk.move.where import HERE, place_leg, where_is
 from lnk.payload.receivers import purge_expired
 from lnk.transport import boxes
 from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, settle
+from lnk.transport.protocol import error_line
 
 __all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
 
@@ -359,7 +360,8 @@ def _holds(leg: Leg, e: Entry) -> bool:
     """Whether the agent (by ID) lives at this place, as its own lnk says."""
     r = leg.run(["agent", "status", "--agent", e.agent, "--json"], check=False)
     if r.returncode != 0:
-        if r.returncode == 255 or b"cannot reach" in r.stderr:
+        told = error_line(r.stderr.decode("utf-8", "replace")) or {}
+        if r.returncode == SSH_FAILED or told.get("class") == "TransportError":
             raise TransportError(
                 f"{leg.name} does not answer", hint="the move stays in the journal until it does"
             )

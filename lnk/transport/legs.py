@@ -21,7 +21,6 @@ child processes share a pipe, and no byte passes through Python.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import subprocess
@@ -34,11 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from lnk import errors as _errors
-from lnk.errors import EXIT_CODES, InvalidInput, LnkError, TransportError
-
-PROTOCOL_ARGS = ("--errors", "json")
-"""What every lnk command a leg runs is given: errors come back as one JSON line."""
+from lnk.errors import InvalidInput, LnkError, TransportError
+from lnk.transport.protocol import PROTOCOL_ARGS, error_line, last_line, remote_error
 
 SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
@@ -57,59 +53,6 @@ class LegResult:
     returncode: int
     stdout: bytes
     stderr: bytes
-
-
-def _error_class(name: object, code: int) -> type[LnkError]:
-    """The class named in a box's error line, if it is one of ours; else by exit code."""
-    cls = getattr(_errors, name, None) if isinstance(name, str) else None
-    if isinstance(cls, type) and issubclass(cls, LnkError) and cls is not _errors.Interrupted:
-        return cls
-    for cname, value in EXIT_CODES.items():
-        if value == code and cname != "Interrupted":
-            found = getattr(_errors, cname)
-            if isinstance(found, type) and issubclass(found, LnkError):
-                return found
-    return LnkError
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
-def error_line(stderr: str) -> dict[str, Any] | None:
-    """The box protocol's error: the last stderr line that is ``{"error": {...}}``."""
-    for line in reversed(stderr.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        err = doc.get("error") if isinstance(doc, dict) else None
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err
-    return None
-
-
-def remote_error(where: str, code: int, stderr: str) -> LnkError:
-    """An lnk error raised over there becomes the same error here.
-
-    The command ran with ``--errors json`` (docs/boxes.md), so its error is one
-    JSON line; anything else (a crash, a killed process) is told by exit code
-    and the last line it wrote.
-    """
-    doc = error_line(stderr)
-    if doc is None:
-        last = _last_line(stderr) or "no message"
-        err = _error_class(None, code)(f"on {where}: command failed with exit code {code}: {last}")
-    else:
-        hint = doc.get("hint") if isinstance(doc.get("hint"), str) else None
-        err = _error_class(doc.get("class"), code)(f"on {where}: {doc['message']}", hint=hint)
-    if code != err.exit_code and type(err) is LnkError:
-        err.exit_code = code
-    return err
 
 
 class LegProcess:
@@ -389,14 +332,14 @@ class SshLeg(Leg):
 
     def check(self, code: int, stderr: str) -> None:
         if code == SSH_FAILED:
-            last = _last_line(stderr) or "ssh exited with status 255"
+            last = last_line(stderr) or "ssh exited with status 255"
             raise TransportError(
                 f"cannot reach box {self.name} over SSH: {last}",
                 hint=f"check that 'ssh {self.destination}' works from this computer",
             )
         if code == 127:  # the shell found no such program
             raise TransportError(
-                f"lnk is not installed on box {self.name} ({_last_line(stderr)})",
+                f"lnk is not installed on box {self.name} ({last_line(stderr)})",
                 hint="run 'lnk box add' again to install it, or set LNK_REMOTE_LNK",
             )
         super().check(code, stderr)
