@@ -12,12 +12,11 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,21 +29,18 @@ from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head, export_lines
 from lnk.payload.inventory import Inventory
+from lnk.payload.reading import SETTLE_TRIES, Slot, read_chunk, read_settled
 from lnk.payload.walk import (
-    SQLITE_MAGIC,
     HashCache,
     WalkedFile,
     WalkStats,
-    sqlite_snapshot,
     walk_agent,
 )
 
 BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
 SMALL_FILE = 1 << 20  # files up to this size are read once, into memory, before their entry
-SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
 READERS = 4  # threads reading and hashing files (the system calls and hashlib free the GIL)
-READ_CHUNK = 1 << 20
 RACY_NS = 2_000_000_000  # a stat this recent does not vouch for the content's hash
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
@@ -77,110 +73,6 @@ def collection_key(kind: str, name: str) -> str:
     return f"{kind}/{name}"
 
 
-class _Read:
-    """What reading one file found: its bytes (small files), SHA-256, stat, and whether
-    it held still while it was read."""
-
-    __slots__ = ("data", "head", "settled", "sha", "snapshot", "st")
-
-    def __init__(
-        self, data: bytes | None, sha: str, st: os.stat_result, settled: bool, head: bytes = b""
-    ) -> None:
-        self.data, self.sha, self.st, self.settled, self.head = data, sha, st, settled, head
-        self.snapshot: Path | None = None  # a SQLite database's snapshot, read instead
-
-
-def _same(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
-        b.st_ino,
-        b.st_size,
-        b.st_mtime_ns,
-        b.st_ctime_ns,
-    )
-
-
-def read_settled(path: Path, keep: bool, tries: int = SETTLE_TRIES) -> _Read | None:
-    """Read (``keep``: into memory) and hash a file, again while it changes under us.
-
-    None if it is gone, or is no longer a regular file (never followed if a link).
-    The last read is returned with ``settled=False`` if the file changed every time.
-    """
-    last: _Read | None = None
-    for attempt in range(tries):
-        if attempt:
-            time.sleep(0.002 * attempt)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            before = os.fstat(fd)
-            if not stat.S_ISREG(before.st_mode):
-                return None
-            h = hashlib.sha256()
-            size = 0
-            head = b""
-            if keep:
-                chunks = []
-                while chunk := os.read(fd, max(before.st_size - size, 0) + 65536):
-                    chunks.append(chunk)
-                    h.update(chunk)
-                    size += len(chunk)
-                whole = b"".join(chunks)
-                head = whole[:16]
-                data: bytes | None = whole
-            else:
-                data = None
-                buf = bytearray(READ_CHUNK)
-                view = memoryview(buf)
-                with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
-                    while n := f.readinto(buf):
-                        if not size:
-                            head = bytes(view[:16])
-                        h.update(view[:n])
-                        size += n
-            after = os.fstat(fd)
-        finally:
-            os.close(fd)
-        last = _Read(
-            data, h.hexdigest(), after, _same(before, after) and size == after.st_size, head
-        )
-        if last.settled:
-            return last
-    return last
-
-
-class _Slot:
-    """One file's read, done by a job that reads a chunk of files."""
-
-    __slots__ = ("done", "got", "keep", "path")
-
-    def __init__(self, path: Path, keep: bool) -> None:
-        self.path, self.keep = path, keep
-        self.got: _Read | None = None
-        self.done: Future[None] | None = None
-
-    def result(self) -> _Read | None:
-        assert self.done is not None
-        self.done.result()
-        return self.got
-
-
-def _read_chunk(slots: list[_Slot], snap_dir: Path) -> None:
-    """Read a few files (one job for many: a pool's cost per job is paid once).
-
-    A SQLite database (told by its first bytes) is read as a snapshot taken
-    through SQLite's online backup API, never as its live bytes."""
-    for slot in slots:
-        got = read_settled(slot.path, slot.keep)
-        if got is not None and got.head == SQLITE_MAGIC:
-            snap = sqlite_snapshot(slot.path, snap_dir)
-            got = read_settled(snap, slot.keep)
-            if got is not None:
-                got.snapshot = snap
-        slot.got = got
-
-
 READ_JOB = 32  # files a read job takes
 
 
@@ -188,7 +80,7 @@ class _Batch:
     """Entries waiting to go as one FILES record, and the reads that complete them."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[WalkedFile, _Slot | None]] = []
+        self.items: list[tuple[WalkedFile, Slot | None]] = []
         self.small_bytes = 0
         self.json_bytes = 0  # a bound on the FILES record's JSON size
 
@@ -211,7 +103,7 @@ class _Sender:
         snap_dir: Path,
     ) -> None:
         self.snap_dir = snap_dir
-        self.chunk: list[_Slot] = []
+        self.chunk: list[Slot] = []
         self.w = writer
         self.inv = inventory or Inventory()
         self.report = report
@@ -235,13 +127,13 @@ class _Sender:
         if self.batch.items and self.batch.json_bytes + size > M.MAX_JSON_RECORD:
             self.cut()
         self.batch.json_bytes += size
-        job: _Slot | None = None
+        job: Slot | None = None
         if f.kind == "f" and f.size > 0 and f.group_first:
             small = f.size <= SMALL_FILE
             if f.sha256 == "" or (small and not self._held(f.sha256)):
                 # read now (small: its bytes travel from memory) or hash (big)
                 assert f.source is not None
-                job = _Slot(f.source, small)
+                job = Slot(f.source, small)
                 self.chunk.append(job)
                 if len(self.chunk) >= READ_JOB:
                     self._submit()
@@ -256,7 +148,7 @@ class _Sender:
 
     def _submit(self) -> None:
         if self.chunk:
-            done = self.pool.submit(_read_chunk, self.chunk, self.snap_dir)
+            done = self.pool.submit(read_chunk, self.chunk, self.snap_dir)
             for slot in self.chunk:
                 slot.done = done
             self.chunk = []

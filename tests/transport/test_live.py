@@ -30,6 +30,7 @@ from transport_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.errors import StreamError
+from lnk.payload import reading as R
 from lnk.payload import send as S
 
 WRITER = r"""
@@ -121,7 +122,7 @@ def test_a_running_agent_moves_bulk_then_final(src: Machine, dst: Machine, round
 
 
 def _never_settles(name: str) -> Any:
-    real = S._same
+    real = R._same
 
     def same(x: os.stat_result, y: os.stat_result) -> bool:
         return False if x.st_ino == os.lstat(name).st_ino else real(x, y)
@@ -135,7 +136,7 @@ def test_a_file_that_never_settles_fails_a_one_phase_send_naming_it(
     a = make_agent(src)
     write(a.folders.home / "ok.txt", b"fine\n")
     log = write(a.folders.home / "logs" / "busy.log", b"busy\n" * 100)
-    monkeypatch.setattr(S, "_same", _never_settles(str(log)))
+    monkeypatch.setattr(R, "_same", _never_settles(str(log)))
     r = prepare(dst)
     with pytest.raises(StreamError, match=r"Home/logs/busy\.log kept changing"):
         send_bytes(a, r)
@@ -149,7 +150,7 @@ def test_a_file_that_never_settles_is_unsettled_in_a_bulk_and_settled_in_the_fin
     a = make_agent(src)
     write(a.folders.home / "ok.txt", b"fine\n")
     log = write(a.folders.home / "busy.log", b"busy\n" * 100)
-    monkeypatch.setattr(S, "_same", _never_settles(str(log)))
+    monkeypatch.setattr(R, "_same", _never_settles(str(log)))
     r = prepare(dst)
     bulk, brep = send_bytes(a, r, phase="bulk")
     assert brep.unsettled == ["Home/busy.log"]
@@ -185,6 +186,7 @@ def test_a_big_file_changed_between_its_hash_and_its_bytes(
         return got
 
     monkeypatch.setattr(S, "read_settled", read_then_change)
+    monkeypatch.setattr(R, "read_settled", read_then_change)
     r = prepare(dst)
     bulk, brep = send_bytes(a, r, phase="bulk")
     assert brep.unsettled == ["Home/big.bin"]
@@ -219,6 +221,7 @@ def test_a_file_gone_before_it_is_read_is_not_sent(
         return real(path, keep, tries)
 
     monkeypatch.setattr(S, "read_settled", vanish)
+    monkeypatch.setattr(R, "read_settled", vanish)
     r = prepare(dst)
     data, rep = send_bytes(a, r)
     assert rep.vanished == 1

@@ -1,0 +1,125 @@
+"""Reading an agent's files for a send: each file read (small ones into memory) and
+hashed, and read again while it changes under us, by jobs of many files at a time.
+
+A file is checked before and after each read (inode, size, mtime, ctime); one that
+never holds still comes back with ``settled=False``.  A SQLite database, told by
+its first bytes, is read as a snapshot taken through SQLite's backup API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+from lnk.payload.walk import SQLITE_MAGIC, sqlite_snapshot
+
+SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
+READ_CHUNK = 1 << 20
+
+
+class Read:
+    """What reading one file found: its bytes (small files), SHA-256, stat, and whether
+    it held still while it was read."""
+
+    __slots__ = ("data", "head", "settled", "sha", "snapshot", "st")
+
+    def __init__(
+        self, data: bytes | None, sha: str, st: os.stat_result, settled: bool, head: bytes = b""
+    ) -> None:
+        self.data, self.sha, self.st, self.settled, self.head = data, sha, st, settled, head
+        self.snapshot: Path | None = None  # a SQLite database's snapshot, read instead
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
+        b.st_ino,
+        b.st_size,
+        b.st_mtime_ns,
+        b.st_ctime_ns,
+    )
+
+
+def read_settled(path: Path, keep: bool, tries: int = SETTLE_TRIES) -> Read | None:
+    """Read (``keep``: into memory) and hash a file, again while it changes under us.
+
+    None if it is gone, or is no longer a regular file (never followed if a link).
+    The last read is returned with ``settled=False`` if the file changed every time.
+    """
+    last: Read | None = None
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.002 * attempt)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                return None
+            h = hashlib.sha256()
+            size = 0
+            head = b""
+            if keep:
+                chunks = []
+                while chunk := os.read(fd, max(before.st_size - size, 0) + 65536):
+                    chunks.append(chunk)
+                    h.update(chunk)
+                    size += len(chunk)
+                whole = b"".join(chunks)
+                head = whole[:16]
+                data: bytes | None = whole
+            else:
+                data = None
+                buf = bytearray(READ_CHUNK)
+                view = memoryview(buf)
+                with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
+                    while n := f.readinto(buf):
+                        if not size:
+                            head = bytes(view[:16])
+                        h.update(view[:n])
+                        size += n
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        last = Read(
+            data, h.hexdigest(), after, _same(before, after) and size == after.st_size, head
+        )
+        if last.settled:
+            return last
+    return last
+
+
+class Slot:
+    """One file's read, done by a job that reads a chunk of files."""
+
+    __slots__ = ("done", "got", "keep", "path")
+
+    def __init__(self, path: Path, keep: bool) -> None:
+        self.path, self.keep = path, keep
+        self.got: Read | None = None
+        self.done: Future[None] | None = None
+
+    def result(self) -> Read | None:
+        assert self.done is not None
+        self.done.result()
+        return self.got
+
+
+def read_chunk(slots: list[Slot], snap_dir: Path) -> None:
+    """Read a few files (one job for many: a pool's cost per job is paid once).
+
+    A SQLite database (told by its first bytes) is read as a snapshot taken
+    through SQLite's online backup API, never as its live bytes."""
+    for slot in slots:
+        got = read_settled(slot.path, slot.keep)
+        if got is not None and got.head == SQLITE_MAGIC:
+            snap = sqlite_snapshot(slot.path, snap_dir)
+            got = read_settled(snap, slot.keep)
+            if got is not None:
+                got.snapshot = snap
+        slot.got = got
