@@ -222,24 +222,7 @@ def _move(
         )
         fault("move:after-prepare")
         say(f"sending {name} from {src.name} to {dst.name} while it answers")
-        bulk = _stream(
-            src,
-            [
-                "agent",
-                "state-send",
-                "--agent",
-                name,
-                "--to",
-                prep["public_key"],
-                "--phase",
-                "bulk",
-                "--inventory",
-                "-",
-            ],
-            _inventory(dst, prep["receiver"]),
-            dst,
-            ["agent", "state-receive", "--receiver", prep["receiver"], "--json"],
-        )
+        bulk = _phase(src, dst, name, prep, "bulk", _inventory(dst, prep["receiver"]))
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
     except BaseException as err:
@@ -254,6 +237,18 @@ def _move(
             say(f"the move failed ({err}); {name} resumes on {src.name}")
             _undo(machine, e, say)
             raise _as_lnk(err) from err
+
+
+def _phase(src: Leg, dst: Leg, name: str, prep: dict[str, Any], phase: str, inv: bytes) -> Any:
+    """One phase's stream: the source's state-send piped into the destination's receiver."""
+    send = ["agent", "state-send", "--agent", name, "--to", prep["public_key"], "--phase", phase]
+    return _stream(
+        src,
+        [*send, "--inventory", "-"],
+        inv,
+        dst,
+        ["agent", "state-receive", "--receiver", prep["receiver"], "--json"],
+    )
 
 
 def _as_lnk(err: BaseException) -> BaseException:
@@ -284,24 +279,7 @@ def _switch(
     e.set(phase="paused")
     fault("move:after-pause")
     guard.check()
-    final = _stream(
-        src,
-        [
-            "agent",
-            "state-send",
-            "--agent",
-            name,
-            "--to",
-            prep["public_key"],
-            "--phase",
-            "final",
-            "--inventory",
-            "-",
-        ],
-        inventory,
-        dst,
-        ["agent", "state-receive", "--receiver", prep["receiver"], "--json"],
-    )
+    final = _phase(src, dst, name, prep, "final", inventory)
     e.set(phase="committed")
     fault("move:after-commit")
     guard.check()

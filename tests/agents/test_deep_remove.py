@@ -14,7 +14,7 @@ from lnk.fsutil import rmtree
 DEPTH = 1500  # deeper than Python's recursion limit: shutil.rmtree would fail here
 
 
-def _deep(top: Path) -> None:
+def _deep(top: Path, outside: Path | None = None) -> None:
     """DEPTH folders under ``top``, made one below the other through descriptors."""
     top.mkdir(parents=True, exist_ok=True)
     fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
@@ -29,18 +29,22 @@ def _deep(top: Path) -> None:
         os.close(leaf)
     finally:
         os.close(fd)
-    os.symlink("/etc", top / "etc-link")  # removed as a link, never followed
+    if outside is not None:
+        os.symlink(outside, top / "out-link")  # removed as a link, never followed
 
 
-def test_remove_of_an_agent_with_a_deep_home(home: Path) -> None:
+def test_remove_of_an_agent_with_a_deep_home(home: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
     m = Machine(home)
     a = registry.create(m, "deep")
-    _deep(a.folders.home)
+    _deep(a.folders.home, outside)
     r = lnk("agent", "remove", "deep", "--yes", "--files", "delete")
     assert r.code == 0, r.err
     assert "Traceback" not in r.err
     assert not a.folders.root.exists()
-    assert Path("/etc/hostname").exists() or Path("/etc").is_dir()  # /etc untouched
+    assert (outside / "keep.txt").read_text() == "keep"  # the link was not followed
 
 
 def test_rmtree_removes_any_depth_and_never_follows(tmp_path: Path) -> None:
@@ -48,7 +52,7 @@ def test_rmtree_removes_any_depth_and_never_follows(tmp_path: Path) -> None:
     outside.mkdir()
     (outside / "keep.txt").write_text("keep")
     top = tmp_path / "tree"
-    _deep(top)
+    _deep(top, outside)
     os.symlink(outside, top / "d" / "out-link")
     assert rmtree(top) is True
     assert not top.exists()
