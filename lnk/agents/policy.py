@@ -28,9 +28,9 @@ import json
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from lnk.agents.grants import filter_from_stream, parse
+from lnk.agents.grants import MAX_GRANTS_BYTES, filter_from_stream, parse
 from lnk.agents.layout import Machine
 from lnk.agents.settings import ModelSettings, Settings, write_toml_atomic
 from lnk.errors import InvalidInput
@@ -211,15 +211,23 @@ def describe_model(m: ModelSettings) -> str:
     )
 
 
-def mover_grants(raw: bytes) -> str:
-    """The grants a mover sent at prepare: UTF-8 TOML within the grants' limit."""
+def mover_grants(src: BinaryIO) -> str:
+    """The grants a mover sent at prepare: UTF-8 TOML within the grants' limit (read
+    no further than one byte past it)."""
+    raw = src.read(MAX_GRANTS_BYTES + 1)
     try:
         text = raw.decode()
     except UnicodeDecodeError as e:
         raise InvalidInput(
             "the grants sent with --grants are not UTF-8", hint="send Config/sandbox.toml as it is"
         ) from e
-    parse(text, "the grants sent with --grants")
+    try:
+        parse(text, "the grants sent with --grants")
+    except RecursionError:
+        raise InvalidInput(
+            "the grants sent with --grants are nested too deeply",
+            hint="send Config/sandbox.toml as it is",
+        ) from None
     return text
 
 

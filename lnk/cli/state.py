@@ -162,8 +162,11 @@ def state_receive(
         has_agent = receivers.check_prepare(m, agent_id, agent_name)
         mover_grants = None
         if grants_file is not None:
-            raw = sys.stdin.buffer.read() if str(grants_file) == "-" else grants_file.read_bytes()
-            mover_grants = policy.mover_grants(raw)
+            if str(grants_file) == "-":
+                mover_grants = policy.mover_grants(sys.stdin.buffer)
+            else:
+                with grants_file.open("rb") as f:
+                    mover_grants = policy.mover_grants(f)
         r = receivers.prepare(m, agent_id, mover_grants)
         info = {
             "receiver": r.rid,

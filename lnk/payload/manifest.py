@@ -22,6 +22,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from lnk.agents.grants import MAX_GRANTS_BYTES
 from lnk.errors import InvalidInput, StreamError
 from lnk.formats.records import FORMAT
 
@@ -47,7 +48,6 @@ MAX_FILE_SIZE = 1 << 40
 MAX_JSON_RECORD = 1 << 20
 MAX_COLLECTION_LINE = (1 << 20) + (64 << 10)
 FILES_PER_RECORD = 2000
-MAX_GRANTS_BYTES = 64 << 10
 MAX_MTIME_NS = (1 << 63) - 1  # what a file system's timestamps hold
 MAX_JSON_DEPTH = 512  # nesting of a JSON value (arrays and objects)
 BASE_STREAM_RE = re.compile(r"^[0-9a-f]{32}$")
