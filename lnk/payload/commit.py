@@ -28,6 +28,7 @@ from lnk.errors import Refused
 from lnk.payload import safefs
 from lnk.payload.receivers import Receiver
 from lnk.payload.staging import Stage
+from lnk.payload.walk import HashCache, folder_digest
 
 JOURNAL = "commit.json"
 
@@ -77,21 +78,24 @@ def _dest_kind(dest: Path, stop: Path, safe: set[str] | None = None) -> str | No
 _REPLACEABLE = {("f", "f"), ("d", "d"), ("l", "l"), ("f", "l"), ("l", "f")}
 
 
-def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
+def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[list[str]]]:
     """Build work/agent and work/home from the entries; returns how many Home files
-    were already there as the stream has them (left alone)."""
+    were already there as the stream has them (left alone), and the folders held here
+    whole that the apply renames into what is staged (``[from, to]``)."""
     work = stage.work
     agent_dir, home_dir = work / "agent", work / "home"
     agent_dir.mkdir(exist_ok=True)
     home_dir.mkdir(exist_ok=True)
     discard = _discarded_roots(r, agent_root)
+    same, adopt, whole = _held_whole(stage, r, agent_root)
     assert stage.head is not None
     hashes = r.machine.runtime_dir(stage.head.agent_id) / "hashes.sqlite"
     cache_db = _open_cache(hashes)
     group_targets: dict[int, Path] = {}  # hard-link groups only
     safe: set[str] = set()  # destination folders seen to be folders, not links
-    same = 0
     for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
+        if kind == "d" and sha:
+            continue  # held here whole (checked above)
         if path == "Home" or path.startswith("Home/"):
             rel = path[5:]
             target = home_dir / rel if rel else home_dir
@@ -134,7 +138,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
         if size == 0:
             target.touch()
         else:
-            _take(r, path, sha, target, discard)
+            _take(r, path, sha, target, discard, whole)
         os.chmod(target, mode)
         os.utime(target, ns=(mtime, mtime))
         if grp is not None:
@@ -143,7 +147,48 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> int:
         (agent_dir / d).mkdir(exist_ok=True)
     if cache_db is not None:
         cache_db.close()
-    return same
+    return same, adopt
+
+
+def _held_whole(
+    stage: Stage, r: Receiver, agent_root: Path
+) -> tuple[int, list[list[str]], list[str]]:
+    """The folders the stream says this machine holds whole, each checked now (at use,
+    not only at prepare): the base's folder at that path still has that digest.
+
+    Returns how many Home files they hold where they already are, the renames that put
+    the others in what is staged, and their paths in the base (none of their files may
+    be hard-linked elsewhere: they stay the agent's own)."""
+    rows = stage.db.execute("SELECT path, sha FROM e WHERE kind='d' AND sha != '' ORDER BY i")
+    same, adopt, whole = 0, [], []
+    info = r.info()
+    for path, digest in rows.fetchall():
+        base, cache_path = info.get("base_root"), info.get("base_cache")
+        if not base or not cache_path:
+            raise Conflict(f"{path} is said to be held here whole, but nothing is held here")
+        root = Path(base)
+        _dest_kind(root / path, root)  # no link above it
+        cache = HashCache(Path(cache_path))
+        try:
+            now, files = folder_digest(root, path, cache)
+        finally:
+            cache.close()
+        if now != digest:
+            raise Refused(
+                f"{path} was to stay as this machine held it when the receiver was prepared "
+                f"({root / path}), but it changed since",
+                hint="nothing was applied; prepare a new receiver "
+                "(lnk agent state-receive --prepare) and send again",
+            )
+        whole.append(str(root / path))
+        if path == "Home" or path.startswith("Home/"):
+            if root == agent_root:
+                same += files  # in place already: nothing to do
+            else:
+                adopt.append([str(root / path), str(stage.work / "home" / path[5:])])
+        else:
+            adopt.append([str(root / path), str(stage.work / "agent" / path[len("Agent/") :])])
+    return same, adopt, whole
 
 
 def _same_meta(dest: Path, mode: int, mtime: int) -> bool:
@@ -167,7 +212,9 @@ def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
     return roots
 
 
-def _take(r: Receiver, path: str, sha: str, target: Path, discard: list[Path]) -> None:
+def _take(
+    r: Receiver, path: str, sha: str, target: Path, discard: list[Path], whole: list[str]
+) -> None:
     """Put the content ``sha`` for the entry ``path`` at ``target``, from where the receiver
     holds it: opened without following any link (a folder of the base swapped for a link
     since --prepare leads nowhere) and hashed again as it is read (a changed file is refused).
@@ -181,7 +228,11 @@ def _take(r: Receiver, path: str, sha: str, target: Path, discard: list[Path]) -
         raise Conflict(f"the content of {path} vanished from staging")
     root, rel = where
     own = root == r.objects  # verified as it arrived, in the receiver's private folder
-    link = any((root / rel).is_relative_to(d) for d in discard)
+    src = str(root / rel)
+    # never a hard link into a folder kept whole: its files stay the agent's own
+    link = any((root / rel).is_relative_to(d) for d in discard) and not any(
+        src.startswith(w + "/") for w in whole
+    )
     try:
         safefs.take(root, rel, target, sha, link=link, verify=not own)
     except safefs.Changed as e:
@@ -271,6 +322,7 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
         (root / sub).mkdir(parents=True, exist_ok=True)
     new_agent, old_agent = work / "agent", work / "agent-old"
     if new_agent.exists():
+        _adopt(plan.get("adopt") or [])
         if (root / "Agent").exists() and not old_agent.exists():
             os.rename(root / "Agent", old_agent)
         if not (root / "Agent").exists():
@@ -296,6 +348,28 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
             before_cleanup(skipped)
     r.abandon()
     return {"skipped": skipped}
+
+
+def _adopt(renames: list[list[str]]) -> None:
+    """Folders held here whole go into what is staged by one rename each.  Each is
+    done once (a crash between two leaves some done: a source gone is done); where the
+    staged folder exists already (a root such as Home/), what it lacks moves into it."""
+    for src, dst in renames:
+        if not os.path.lexists(src):
+            continue
+        if not os.path.lexists(dst):
+            os.rename(src, dst)
+            continue
+        stack = [(src, dst)]
+        while stack:
+            s, d = stack.pop()
+            with os.scandir(s) as it:
+                for e in it:
+                    t = os.path.join(d, e.name)
+                    if not os.path.lexists(t):
+                        os.rename(e.path, t)
+                    elif e.is_dir(follow_symlinks=False) and _dest_kind(Path(t), Path(dst)) == "d":
+                        stack.append((e.path, t))
 
 
 def _merge_home(src: Path, dest: Path) -> list[str]:
@@ -324,10 +398,18 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
             continue
         with os.scandir(src / rel) as it:
             for entry in it:
+                target = d / entry.name
                 if entry.is_dir(follow_symlinks=False):
+                    try:
+                        missing = _dest_kind(target, dest, safe) is None
+                    except Conflict:
+                        missing = False
+                    if missing:  # not there at all: the whole folder goes in one rename
+                        with contextlib.suppress(OSError):
+                            os.rename(entry.path, target)
+                            continue
                     stack.append(rel / entry.name)
                     continue
-                target = d / entry.name
                 try:
                     # a file or link renamed over a file or link: the name is
                     # replaced, nothing is written through a link

@@ -17,7 +17,7 @@ from lnk.errors import InvalidInput
 
 DIGEST = 32
 MAGIC = b"LNKINV1\n"
-MAGIC2 = b"LNKINV2\n"  # then u32 length, a JSON object {"logs": {...}}, then the digests
+MAGIC2 = b"LNKINV2\n"  # then u32 length, a JSON object {"logs": {...}, "dirs": {...}}, digests
 MAX_LOGS_JSON = 64 << 20
 
 
@@ -25,10 +25,17 @@ class Inventory:
     """Content digests, and each log's (last number, SHA-256 of its last event).
 
     With the logs, a sender sends a log only from where the receiver's copy
-    ends, when both agree on that last event.
+    ends, when both agree on that last event.  With the folders' digests (path ->
+    digest, docs/stream-format.md "Folder digests"), a sender sends a folder the
+    receiver holds whole at the same path as one entry.
     """
 
-    def __init__(self, blob: bytes = b"", logs: dict[str, list[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        blob: bytes = b"",
+        logs: dict[str, list[Any]] | None = None,
+        dirs: dict[str, str] | None = None,
+    ) -> None:
         if len(blob) % DIGEST:
             raise InvalidInput(
                 "an inventory is a whole number of 32-byte digests",
@@ -36,6 +43,7 @@ class Inventory:
             )
         self.blob = blob
         self.logs = logs or {}
+        self.dirs = dirs or {}
 
     def log_since(self, key: str, last_here: int, digest_at: Any) -> int:
         """The number to send a log from: the receiver's last, if it agrees with ours."""
@@ -71,14 +79,15 @@ class Inventory:
         return cls(b"".join(items))
 
     def to_bytes(self) -> bytes:
-        if not self.logs:
+        if not self.logs and not self.dirs:
             return MAGIC + self.blob
-        meta = json.dumps({"logs": self.logs}, separators=(",", ":")).encode()
+        meta = json.dumps({"logs": self.logs, "dirs": self.dirs}, separators=(",", ":")).encode()
         return MAGIC2 + struct.pack(">I", len(meta)) + meta + self.blob
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Inventory:
         logs: dict[str, list[Any]] = {}
+        dirs: dict[str, str] = {}
         if data.startswith(MAGIC2):
             if len(data) < len(MAGIC2) + 4:
                 raise InvalidInput("the inventory ends in its header", hint="make a new one")
@@ -89,6 +98,7 @@ class Inventory:
             try:
                 meta = json.loads(data[start : start + n])
                 logs = dict(meta.get("logs", {}))
+                dirs = dict(meta.get("dirs", {}))
             except (ValueError, AttributeError, TypeError, RecursionError) as e:
                 raise InvalidInput(
                     f"the inventory's log list is damaged ({e})", hint="make a new one"
@@ -101,7 +111,12 @@ class Inventory:
                 "that is not an lnk inventory",
                 hint="make one with lnk agent state-receive --inventory --receiver R",
             )
-        inv = cls(blob, logs)
+        for k, v in dirs.items():
+            if not isinstance(v, str) or len(v) != 64 or not isinstance(k, str):
+                raise InvalidInput(
+                    "the inventory's folder digests are damaged", hint="make a new one"
+                )
+        inv = cls(blob, logs, dirs)
         for i in range(1, len(inv)):
             if blob[(i - 1) * DIGEST : i * DIGEST] >= blob[i * DIGEST : (i + 1) * DIGEST]:
                 raise InvalidInput("the inventory is not sorted", hint="make a new one")

@@ -74,15 +74,20 @@ def merge(
     one found its place (if not, the kept folder is not deleted)."""
     kept: list[str] = []
     conflicts: list[dict[str, str]] = []
-    whole = True
+    placed = True
     if local is None:
-        return kept, conflicts, whole
+        return kept, conflicts, placed
     try:
         rows = local.execute("SELECT rel, orig FROM changed ORDER BY rel").fetchall()
     except sqlite3.OperationalError:  # prepared without a kept folder
-        return kept, conflicts, whole
+        return kept, conflicts, placed
     stamp = time.strftime("%Y%m%d")
+    whole = {
+        str(r[0]) for r in stage_db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")
+    }
     for rel, orig in rows:
+        if _under(rel, whole):
+            continue  # in a folder the agent has exactly as it is here
         src = base / rel
         try:
             st = os.lstat(src)
@@ -108,8 +113,16 @@ def merge(
                 _place(src, beside)
                 conflicts.append({"path": rel, "kept_as": rel[: -len(target.name)] + beside.name})
         except OSError:
-            whole = False  # no place for it: the kept folder stays where it is
-    return kept, conflicts, whole
+            placed = False  # no place for it: the kept folder stays where it is
+    return kept, conflicts, placed
+
+
+def _under(rel: str, folders: set[str]) -> bool:
+    while "/" in rel:
+        rel = rel.rpartition("/")[0]
+        if rel in folders:
+            return True
+    return False
 
 
 def _place(src: Path, dest: Path) -> None:

@@ -120,11 +120,14 @@ class FileEntry:
     data: bool = False  # its bytes follow in DATA records
     mtime_ns: int = 0
     target: str = ""  # a link's target
+    kept: str = ""  # a folder the receiver holds whole at this path: its digest
 
     def to_json(self) -> dict[str, Any]:
         if self.kind == "l":
             return {"p": self.path, "t": "l", "l": self.target}
         d: dict[str, Any] = {"p": self.path, "t": self.kind, "m": self.mode}
+        if self.kept:
+            d["k"] = self.kept
         if self.kind == "f":
             d.update(s=self.size, h=self.sha256, d=self.data, mt=self.mtime_ns)
             if self.group is not None:
@@ -135,7 +138,7 @@ class FileEntry:
     def from_json(cls, d: Any) -> FileEntry:
         if not isinstance(d, dict):
             raise bad("a file entry is not an object")
-        unknown = set(d) - {"p", "t", "m", "s", "h", "g", "d", "mt", "l"}
+        unknown = set(d) - {"p", "t", "m", "s", "h", "g", "d", "mt", "l", "k"}
         if unknown:
             raise bad(f"a file entry has unknown fields {sorted(unknown)}")
         path = check_path(d.get("p"))
@@ -154,10 +157,17 @@ class FileEntry:
             raise bad(f"{path!r} has an invalid mode")
         mode &= 0o777  # never setuid, setgid or sticky
         if kind == "d":
-            extra = set(d) - {"p", "t", "m"}
+            extra = set(d) - {"p", "t", "m", "k"}
             if extra:
-                raise bad(f"the folder {path!r} carries {sorted(extra)}: a folder has only p, t, m")
-            return cls(path, "d", mode | 0o700)
+                raise bad(
+                    f"the folder {path!r} carries {sorted(extra)}: a folder has only p, t, m, k"
+                )
+            kept = d.get("k", "")
+            if "k" in d and (not isinstance(kept, str) or not SHA_RE.match(kept)):
+                raise bad(f"the folder {path!r} has an invalid digest")
+            return cls(path, "d", mode | 0o700, kept=kept)
+        if "k" in d:
+            raise bad(f"{path!r} carries a folder digest but is not a folder")
         size, sha, group, data, mtime = (
             d.get("s"),
             d.get("h"),

@@ -241,7 +241,7 @@ def _commit(
     report: ReceiveReport,
 ) -> ReceiveReport:
     agent_root = machine.folders(head.name).root
-    report.unchanged_home_files = commit.materialize(stage, r, agent_root)
+    report.unchanged_home_files, adopt = commit.materialize(stage, r, agent_root)
     kept_base = _kept_base(r, agent_root)
     if kept_base is not None:  # a move back: what a person did in the kept folder stays
         report.kept_from_moved, report.conflicts, whole = kept.merge(
@@ -270,6 +270,7 @@ def _commit(
                 "settings_file": str(machine.settings_file(head.name)),
                 "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json"),
                 "drop_kept": kept_base,
+                "adopt": adopt,
             },
         )
     except OSError as e:
@@ -278,6 +279,7 @@ def _commit(
             hint="nothing was applied; free space and try again",
         ) from e
     stage.close()
+    _adopt_hashes(r, stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root)
     report.skipped = commit.apply(
         r,
         before_cleanup=lambda skipped: _remember_hashes(
@@ -287,6 +289,28 @@ def _commit(
     policy.forget(machine, head.agent_id)
     report.committed = True
     return report
+
+
+def _adopt_hashes(r: Any, stage: Stage, cache_path: Path, agent_root: Path) -> None:
+    """Folders held whole in the folders the agent left here move into it: their
+    files' SHA-256s come from that folder's cache (the next send hashes nothing)."""
+    info = r.info()
+    base, other = info.get("base_root"), info.get("base_cache")
+    if not base or not other or Path(base) == agent_root:
+        return
+    from lnk.payload.walk import HashCache
+
+    with contextlib.suppress(Exception):  # a cache: losing it costs time only
+        tops = [
+            row[0] for row in stage.db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")
+        ]
+        if tops:
+            cache = HashCache(cache_path)
+            try:
+                for top in tops:
+                    cache.adopt(Path(other), top)
+            finally:
+                cache.close()
 
 
 def _kept_base(r: Any, agent_root: Path) -> str | None:

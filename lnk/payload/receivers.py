@@ -9,6 +9,7 @@ bulk/           what a verified bulk phase left for its final phase
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -109,16 +110,31 @@ class Receiver:
         )
         return str(row[0]) if row else None
 
+    def dir_digest(self, rel: str) -> str | None:
+        """The digest of the base's folder at ``rel``, as indexed at prepare."""
+        con = self._local()
+        if con is None:
+            return None
+        try:
+            row = con.execute("SELECT digest FROM d WHERE rel=?", (rel,)).fetchone()
+        except sqlite3.OperationalError:  # indexed before folders had digests
+            return None
+        return str(row[0]) if row else None
+
     def inventory(self) -> Inventory:
         shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
+        dirs: dict[str, str] = {}
         db = self.dir / "local.sqlite"
         if db.exists():
             con = sqlite3.connect(db)
             try:
                 shas += [r[0] for r in con.execute("SELECT sha FROM c")]
+                with contextlib.suppress(sqlite3.OperationalError):
+                    dirs = dict(con.execute("SELECT rel, digest FROM d"))
             finally:
                 con.close()
         inv = Inventory.of(s for s in shas if len(s) == 64)
+        inv.dirs = dirs
         base = base_chats(self)
         if base is not None:
             from lnk.agents.stores import log_tails
@@ -229,7 +245,7 @@ def prepare(
         base = _base_for(machine, agent_id)
         if base is not None:
             root, store, cache = base
-            r.set_info(base_root=str(root), base_store=store)
+            r.set_info(base_root=str(root), base_store=store, base_cache=str(cache))
             _index_local(r, root, cache, kept=find_by_id(machine, agent_id) is None)
     return r
 
@@ -279,24 +295,28 @@ def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None
 
 
 def _index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = False) -> None:
-    """Index the base's content (sha -> path) in one transaction; for a kept folder, note
-    which files changed there since the move (lnk/payload/kept.py)."""
+    """Index the base's content (sha -> path) and its folders' digests (path -> digest)
+    in one transaction; for a kept folder, note which files changed there since the
+    move (lnk/payload/kept.py)."""
     con = sqlite3.connect(r.dir / "local.sqlite")
     cache = ChangeRecorder(cache_path) if kept else HashCache(cache_path)
     try:
         con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
         con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
         con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
+        con.execute("CREATE TABLE IF NOT EXISTS d (rel TEXT PRIMARY KEY, digest TEXT)")
         snap = r.dir / "snapshots"
         snap.mkdir(exist_ok=True)
-        con.executemany(
-            "INSERT INTO c VALUES (?,?,?)",
-            (
-                (f.sha256, str(f.source), f.rel)
-                for f in walk_agent(agent_root, cache, WalkStats(), snap)
-                if f.kind == "f" and f.source is not None
-            ),
-        )
+        files: list[tuple[str, str, str]] = []
+        for f in walk_agent(agent_root, cache, WalkStats(), snap, links=True, ends=True):
+            if f.kind == "f" and f.source is not None:
+                files.append((f.sha256, str(f.source), f.rel))
+                if len(files) >= 5000:
+                    con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+                    files.clear()
+            elif f.kind == "e" and f.sha256:
+                con.execute("INSERT OR REPLACE INTO d VALUES (?,?)", (f.rel, f.sha256))
+        con.executemany("INSERT INTO c VALUES (?,?,?)", files)
         if isinstance(cache, ChangeRecorder):
             record_changes(con, cache.changed)
         con.commit()

@@ -34,6 +34,7 @@ from lnk.payload.walk import (
     HashCache,
     WalkedFile,
     WalkStats,
+    collapse,
     walk_agent,
 )
 
@@ -54,6 +55,7 @@ class SendReport:
     file_bytes: int = 0  # the agent's file bytes, sent or not
     data_bytes: int = 0  # file bytes carried in this stream
     held_by_receiver: int = 0  # files whose bytes the receiver already had
+    kept_folders: int = 0  # folders the receiver holds whole: one entry each, no contents
     collections: int = 0
     collection_records: int = 0
     wire_bytes: int = 0
@@ -183,7 +185,8 @@ class _Sender:
         for f, job in batch.items:
             if f.kind == "d":
                 r.entries += 1
-                entries.append(M.FileEntry(f.rel, "d", f.mode).to_json())
+                r.kept_folders += bool(f.kept)
+                entries.append(M.FileEntry(f.rel, "d", f.mode, kept=f.kept).to_json())
                 continue
             if f.kind == "l":
                 r.entries += 1
@@ -362,9 +365,19 @@ def send_agent(
         writer.write(M.HEAD, M.dump(head.to_json()))
         spooled = pool.submit(_spool_collections, agent, spool, since, inventory)
         sender = _Sender(writer, inventory, report, progress, phase, cache, readers, snap_dir)
-        for f in walk_agent(
-            folders.root, cache, stats, snap_dir, hash_files=False, links=True, sqlite=False
-        ):
+        # with the receiver's folder digests, a folder it holds whole goes as one entry
+        held = inventory.dirs if inventory is not None else {}
+        walk = walk_agent(
+            folders.root,
+            cache,
+            stats,
+            snap_dir,
+            hash_files=False,
+            links=True,
+            sqlite=False,
+            ends=bool(held),
+        )
+        for f in collapse(walk, held) if held else walk:
             sender.add(f)
         sender.flush()
         done = spooled.result()

@@ -141,6 +141,8 @@ class Stage:
                 raise M.bad(f"the stream holds more than {M.MAX_ENTRIES} entries")
             self._check_parent(e.path)
             self._check_length(e.path)
+            if e.kept:
+                self._check_kept(e)
             try:
                 self.db.execute(
                     "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
@@ -151,7 +153,8 @@ class Stage:
                         e.kind,
                         e.mode,
                         e.size,
-                        e.target if e.kind == "l" else e.sha256,  # a link keeps its target
+                        # a link keeps its target, a folder held whole its digest
+                        e.target if e.kind == "l" else e.kept or e.sha256,
                         e.group,
                         e.mtime_ns,
                     ),
@@ -218,9 +221,20 @@ class Stage:
         if path in M.FILE_ROOTS:
             return
         parent = path.rsplit("/", 1)[0]
-        row = self.db.execute("SELECT kind FROM e WHERE path=?", (parent,)).fetchone()
+        row = self.db.execute("SELECT kind, sha FROM e WHERE path=?", (parent,)).fetchone()
         if row is None or row[0] != "d":
             raise M.bad(f"{path!r} comes before its folder {parent!r}, or its folder is a file")
+        if row[1]:
+            raise M.bad(f"{path!r} is inside {parent!r}, which the stream says is held here whole")
+
+    def _check_kept(self, e: M.FileEntry) -> None:
+        """A folder said to be held here whole: the receiver's base holds it, with that
+        digest, at that path (as indexed at prepare; checked again at use)."""
+        if self.r.dir_digest(e.path) != e.kept:
+            raise M.bad(
+                f"{e.path!r} is said to be held here whole, but this machine's receiver "
+                "indexed no such folder there"
+            )
 
     def _resolve_unresolved(self) -> None:
         for e in self.unresolved:

@@ -41,6 +41,7 @@ class WalkedFile:
     source: Path | None = None  # where to read the bytes (a snapshot for SQLite)
     snapshot: bool = False  # source is a private snapshot, not the file itself
     target: str = ""  # a symbolic link's target text (kind "l")
+    kept: str = ""  # kind "d": the receiver holds this folder whole, with this digest
 
 
 @dataclass
@@ -53,6 +54,44 @@ class WalkStats:
     skipped_special: int = 0
     hashed_bytes: int = 0
     snapshots: list[Path] = field(default_factory=list)
+
+
+DIGEST_TAG = b"lnk-dir-1\n"
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+
+
+def _enc(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+class _Frame:
+    """A folder being walked: its sorted entries, and the digest of those seen so far."""
+
+    __slots__ = ("h", "it", "mode", "names", "ok", "rel")
+
+    def __init__(self, rel: str, mode: int, path: Path, digest: bool) -> None:
+        self.rel, self.mode = rel, mode
+        self.it, self.names = _listing(path)
+        self.h = hashlib.sha256(DIGEST_TAG) if digest else None
+        self.ok = digest
+
+    def line(self, *fields: str | int) -> None:
+        """One entry of the folder's digest (entries come sorted by name)."""
+        if self.ok:
+            assert self.h is not None
+            self.h.update(b"\0".join(_enc(str(f)) for f in fields) + b"\n")
+
+    def digest(self) -> str:
+        return self.h.hexdigest() if self.ok and self.h is not None else ""
+
+
+def file_line_mode(mode: int) -> str:
+    """A file's mode as a folder's digest has it: as a receiver writes it (0o600 added)."""
+    return format((mode & 0o777) | 0o600, "o")
+
+
+def dir_line_mode(mode: int) -> str:
+    return format((mode & 0o777) | 0o700, "o")
 
 
 def sha256_file(path: Path) -> str:
@@ -125,6 +164,27 @@ class HashCache(CacheDB):
         if len(self._rows) >= COMMIT_EVERY:
             self._flush_rows()
 
+    def adopt(self, other: Path, top: str) -> None:
+        """Take ``other``'s rows for the folder ``top`` and everything below it (a folder
+        that moved here whole keeps its files' stat, so their SHA-256s stay good)."""
+        if self.db is None or not other.is_file():
+            return
+        self._flush_rows()
+        self._dirs.clear()
+        src = sqlite3.connect(f"file:{other}?mode=ro", uri=True)
+        try:
+            rows = src.execute(
+                "SELECT dir, name, size, mtime, ctime, ino, sha FROM h2 "
+                "WHERE dir=? OR substr(dir, 1, ?)=?",
+                (top, len(top) + 1, top + "/"),
+            )
+            while batch := rows.fetchmany(COMMIT_EVERY):
+                self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", batch)
+        except sqlite3.Error:
+            pass  # a cache: losing it costs time only
+        finally:
+            src.close()
+
     def _flush_rows(self) -> None:
         if self._rows and self.db is not None:
             self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
@@ -182,8 +242,14 @@ def walk_agent(
     hash_files: bool = True,
     links: bool = False,
     sqlite: bool = True,
+    ends: bool = False,
 ) -> Iterator[WalkedFile]:
     """Every folder and regular file under the agent's file roots, in a stable order.
+
+    ``ends=True``: after a folder's contents comes its end (kind "e"), whose
+    ``sha256`` is the folder's digest (docs/stream-format.md, "Folder digests"),
+    or "" when the folder holds something a digest does not vouch for (a file
+    whose SHA-256 is not known, a hard link, a SQLite database, a skipped link).
 
     ``sqlite=False``: SQLite databases are not told from other files here (the caller
     looks at the first bytes it reads, and snapshots them itself).
@@ -202,7 +268,9 @@ def walk_agent(
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue
-        yield from _walk_dir(top, root, cache, stats, groups, snap_dir, hash_files, links, sqlite)
+        yield from _walk_dir(
+            top, root, cache, stats, groups, snap_dir, hash_files, links, sqlite, ends
+        )
 
 
 def _walk_dir(
@@ -215,19 +283,31 @@ def _walk_dir(
     hash_files: bool = True,
     links: bool = False,
     sqlite: bool = True,
+    ends: bool = False,
 ) -> Iterator[WalkedFile]:
-    """One root, depth first, a folder before its contents; iterative (any depth)."""
+    """One root, depth first, a folder before its contents; iterative (any depth).
+
+    With ``ends``, each folder's end follows its contents, carrying its digest."""
     st = os.lstat(path)
     stats.folders += 1
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
-    stack = [(rel, *_listing(path))]
+    stack = [_Frame(rel, stat.S_IMODE(st.st_mode), path, ends)]
     while stack:
-        drel, it, names = stack[-1]
-        e = next(it, None)
+        fr = stack[-1]
+        e = next(fr.it, None)
         if e is None:
             stack.pop()
+            if ends:
+                digest = fr.digest()
+                if stack:
+                    up = stack[-1]
+                    if digest:
+                        up.line("d", fr.rel.rpartition("/")[2], dir_line_mode(fr.mode), digest)
+                    else:
+                        up.ok = False
+                yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest)
             continue
-        erel = f"{drel}/{e.name}"
+        erel = f"{fr.rel}/{e.name}"
         try:
             est = e.stat(follow_symlinks=False)
         except FileNotFoundError:
@@ -236,21 +316,99 @@ def _walk_dir(
             target = _link_target(e.path) if links else None
             if target is None:
                 stats.skipped_links += 1
+                fr.ok = False
             else:
                 stats.links += 1
+                fr.line("l", e.name, target)
                 yield WalkedFile(erel, "l", 0o777, target=target)
             continue
         if stat.S_ISDIR(est.st_mode):
             stats.folders += 1
-            yield WalkedFile(erel, "d", stat.S_IMODE(est.st_mode))
-            stack.append((erel, *_listing(Path(e.path))))
+            mode = stat.S_IMODE(est.st_mode)
+            yield WalkedFile(erel, "d", mode)
+            stack.append(_Frame(erel, mode, Path(e.path), ends))
             continue
         if not stat.S_ISREG(est.st_mode):
-            stats.skipped_special += 1
+            stats.skipped_special += 1  # never carried, never deleted: not in a digest
             continue
-        if any(e.name.endswith(s) and e.name[: -len(s)] in names for s in SQLITE_SIDECARS):
+        if any(e.name.endswith(s) and e.name[: -len(s)] in fr.names for s in SQLITE_SIDECARS):
+            fr.ok = False
             continue  # folded into the database's snapshot
-        yield _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
+        f = _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
+        sha = f.sha256 or (EMPTY_SHA if f.size == 0 else "")
+        if not sha or f.snapshot or f.group is not None:
+            fr.ok = False
+        else:
+            fr.line("f", e.name, file_line_mode(f.mode), f.size, f.mtime_ns, sha)
+        yield f
+
+
+def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
+    """The digest of the folder ``root/rel`` as it is now ("" if it has none, or is not
+    a folder: a link is never followed), and how many files it holds."""
+    top = root / rel
+    try:
+        if not stat.S_ISDIR(os.lstat(top).st_mode):
+            return "", 0
+    except OSError:
+        return "", 0
+    stats = WalkStats()
+    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
+    digest = ""
+    try:
+        for f in _walk_dir(top, rel, cache, stats, {}, snap_dir, True, True, True, True):
+            if f.kind == "e" and f.rel == rel:
+                digest = f.sha256
+    finally:
+        for snap in stats.snapshots:
+            snap.unlink(missing_ok=True)
+        os.rmdir(snap_dir)
+    return digest, stats.files
+
+
+def collapse(
+    items: Iterator[WalkedFile], held: dict[str, str], limit: int = 20_000
+) -> Iterator[WalkedFile]:
+    """A walk with ends, where every folder whose digest the receiver holds at the same
+    path comes as one entry (``kept``) instead of its contents; ends are dropped.
+
+    Entries are held back only while a folder that might be kept is open, and never
+    more than ``limit`` of them (past that they go, and the folders open then do not
+    collapse: their subfolders still may)."""
+    buf: list[WalkedFile] = []
+    open_: list[int] = []  # per open folder: its index in buf if it may be kept, else -1
+    candidates = 0
+    for f in items:
+        if f.kind == "e":
+            at = open_.pop()
+            if at < 0:
+                continue
+            candidates -= 1
+            if f.sha256 and held.get(f.rel) == f.sha256:
+                d = buf[at]
+                del buf[at:]
+                buf.append(WalkedFile(d.rel, "d", d.mode, kept=f.sha256))
+            if not candidates:
+                yield from buf
+                buf.clear()
+            continue
+        if f.kind == "d":
+            if f.rel in held:
+                candidates += 1
+                open_.append(len(buf))
+                buf.append(f)
+                continue
+            open_.append(-1)
+        if candidates:
+            buf.append(f)
+            if len(buf) > limit:
+                yield from buf
+                buf.clear()
+                open_ = [-1] * len(open_)
+                candidates = 0
+        else:
+            yield f
+    yield from buf
 
 
 def _listing(path: Path) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
