@@ -93,7 +93,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     cache_db = _open_cache(hashes)
     group_targets: dict[int, Path] = {}  # hard-link groups only
     safe: set[str] = set()  # destination folders seen to be folders, not links
-    for path, kind, mode, size, sha, grp, mtime in stage.iter_entries():
+    for path, kind, mode, size, sha, grp, mtime, placed in stage.iter_entries():
         if kind == "d" and sha:
             continue  # held here whole (checked above)
         if path == "Home" or path.startswith("Home/"):
@@ -119,12 +119,18 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
                 and _unchanged(agent_root, path, sha, cache_db)
             ):
                 same += 1
+                if placed:  # left alone: what arrived is not needed
+                    os.unlink(target)
                 continue
         else:
             target = agent_dir / path[len("Agent/") :]
         if kind == "d":
             target.mkdir(parents=True, exist_ok=True)
             os.chmod(target, mode)
+            continue
+        if placed:  # its bytes, mode and mtime were written as they arrived
+            if grp is not None:
+                group_targets[grp] = target
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         if kind == "l":  # its target is text: never followed, never checked

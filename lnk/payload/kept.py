@@ -82,9 +82,7 @@ def merge(
     except sqlite3.OperationalError:  # prepared without a kept folder
         return kept, conflicts, placed
     stamp = time.strftime("%Y%m%d")
-    whole = {
-        str(r[0]) for r in stage_db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")
-    }
+    whole = {str(r[0]) for r in stage_db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")}
     for rel, orig in rows:
         if _under(rel, whole):
             continue  # in a folder the agent has exactly as it is here

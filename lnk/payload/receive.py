@@ -332,7 +332,7 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: 
     skip = {f"Home/{p}" for p in skipped}
     cache = HashCache(cache_path)
     try:
-        for path, kind, _mode, size, sha, _grp, _mtime in stage.iter_entries():
+        for path, kind, _mode, size, sha, _grp, _mtime, _placed in stage.iter_entries():
             if kind != "f" or path in skip:
                 continue
             try:

@@ -8,6 +8,7 @@ settings and grants.  The destination is not touched; ``commit.py`` applies it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -27,6 +28,8 @@ from lnk.payload import safefs
 from lnk.payload.receivers import Receiver, base_chats
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_PART = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def disk_full(e: OSError) -> TransportError:
@@ -49,7 +52,7 @@ class Stage:
         self.db.execute("PRAGMA synchronous=OFF")
         self.db.execute(
             "CREATE TABLE e (i INTEGER PRIMARY KEY, path TEXT UNIQUE, fold TEXT UNIQUE,"
-            " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT)"
+            " kind TEXT, mode INT, size INT, sha TEXT, grp INT, mtime INT, placed INT)"
         )
         self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT, ro INT)")
         self.db.execute("BEGIN")
@@ -62,6 +65,10 @@ class Stage:
         self.pending: list[M.FileEntry] = []
         self.unresolved: list[M.FileEntry] = []
         self.unsettled: set[str] = set()  # bulk only: content whose bytes did not match
+        # full and final phases write each file's bytes straight into the staged tree
+        # (its folders made as their entries arrive); a bulk keeps content only
+        self.direct = False
+        self.cur_target: Path | None = None
         self.cur: Any = None  # open file for the pending entry's bytes
         self.cur_hash: Any = None
         self.cur_left = 0
@@ -95,6 +102,7 @@ class Stage:
                     "record, not the manifest"
                 )
             self.head = M.Head.from_json(M.load_json(body, "manifest"))
+            self.direct = self.head.phase != "bulk"
             self._path_room()
             return
         try:
@@ -143,10 +151,11 @@ class Stage:
             self._check_length(e.path)
             if e.kept:
                 self._check_kept(e)
+            placed = self.direct and e.kind == "f" and e.data
             try:
                 self.db.execute(
-                    "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime) "
-                    "VALUES (?,?,?,?,?,?,?,?)",
+                    "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime, placed) "
+                    "VALUES (?,?,?,?,?,?,?,?,?)",
                     (
                         e.path,
                         M.fold(e.path),
@@ -157,6 +166,7 @@ class Stage:
                         e.target if e.kind == "l" else e.kept or e.sha256,
                         e.group,
                         e.mtime_ns,
+                        placed,
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -164,6 +174,8 @@ class Stage:
                     f"{e.path!r} appears twice, or differs from another path only by "
                     "case or Unicode normalisation"
                 ) from None
+            if e.kind == "d" and self.direct and not e.kept:
+                os.makedirs(self.staged(e.path), 0o700, exist_ok=True)
             if e.kind != "f":
                 continue
             self.files += 1
@@ -227,6 +239,12 @@ class Stage:
         if row[1]:
             raise M.bad(f"{path!r} is inside {parent!r}, which the stream says is held here whole")
 
+    def staged(self, path: str) -> Path:
+        """Where an entry of the stream is staged: work/home/… or work/agent/…."""
+        if path == "Home" or path.startswith("Home/"):
+            return self.work / "home" / path[5:] if path != "Home" else self.work / "home"
+        return self.work / "agent" / path[len("Agent/") :]
+
     def _check_kept(self, e: M.FileEntry) -> None:
         """A folder said to be held here whole: the receiver's base holds it, with that
         digest, at that path (as indexed at prepare; checked again at use)."""
@@ -262,7 +280,13 @@ class Stage:
                 if not self.pending:
                     raise M.bad("file bytes arrived that no entry declared")
                 e = self.pending[0]
-                self.cur = open(self.work / "incoming" / "part", "wb")  # noqa: SIM115
+                if self.direct:  # its folder was made when its entry came
+                    self.cur_target = self.staged(e.path)
+                    fd = os.open(self.cur_target, _NEW, 0o600)
+                else:
+                    self.cur_target = None
+                    fd = os.open(self.work / "incoming" / "part", _PART, 0o600)
+                self.cur = open(fd, "wb")  # noqa: SIM115
                 self.cur_hash = hashlib.sha256()
                 self.cur_left = e.size
             n = min(self.cur_left, len(view))
@@ -277,6 +301,21 @@ class Stage:
 
     def _finish_file(self) -> None:
         e = self.pending.pop(0)
+        if self.cur_target is not None:
+            if self.cur_hash.hexdigest() != e.sha256:
+                self.cur.close()
+                self.cur = None
+                raise M.bad(f"the bytes of {e.path!r} do not match its SHA-256")
+            self.cur.flush()
+            fd = self.cur.fileno()
+            os.fchmod(fd, e.mode)
+            os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
+            self.cur.close()
+            self.cur = None
+            # the content is held in this receiver too: a later entry of it finds it there
+            with contextlib.suppress(FileExistsError):
+                os.link(self.cur_target, self.r.objects / e.sha256)
+            return
         self.cur.close()
         self.cur = None
         if self.cur_hash.hexdigest() != e.sha256:
@@ -450,9 +489,11 @@ class Stage:
         if self.db.in_transaction:
             self.db.execute("COMMIT")
 
-    def iter_entries(self) -> Iterator[tuple[str, str, int, int, str, int | None, int]]:
+    def iter_entries(self) -> Iterator[tuple[str, str, int, int, str, int | None, int, int]]:
+        """Every entry in stream order: path, kind, mode, size, sha (a link's target, a
+        folder held whole's digest), group, mtime, and whether its bytes are staged."""
         yield from self.db.execute(
-            "SELECT path, kind, mode, size, sha, grp, mtime FROM e ORDER BY i"
+            "SELECT path, kind, mode, size, sha, grp, mtime, placed FROM e ORDER BY i"
         )
 
 

@@ -68,8 +68,8 @@ def test_one_changed_file_sends_its_folders_and_keeps_the_rest(src: Machine, dst
     # them with its bytes); d0, d1, d3 and every Agent/ root are held whole
     assert srep.files == 6 and srep.data_bytes == len(b"changed\n")
     assert srep.kept_folders >= 3
-    dest = load_agent(dst).folders.home
-    assert (dest / "d2" / "sub" / "f3.txt").read_bytes() == b"changed\n"
+    there = load_agent(dst).folders.home
+    assert (there / "d2" / "sub" / "f3.txt").read_bytes() == b"changed\n"
     assert agent_files(load_agent(dst).folders.root) == agent_files(a.folders.root)
 
 
