@@ -37,30 +37,44 @@ class Conflict(Exception):
     pass
 
 
-def _dest_kind(dest: Path, stop: Path, safe: set[str] | None = None) -> str | None:
+def _dest_kind(
+    dest: Path | str,
+    stop: Path | str,
+    safe: set[str] | None = None,
+    missing: set[str] | None = None,
+) -> str | None:
     """What the destination holds at ``dest``: None, "f", "d", "l" (a symbolic link,
     never followed) or "x"; raises Conflict if a folder above it is a link.
 
     ``safe``: folders already seen to be real folders (not links) in this pass, so a
-    folder of many files costs one lstat a file, not one per folder above it."""
+    folder of many files costs one lstat a file, not one per folder above it.
+    ``missing``: folders seen not to exist in this pass (only while nothing is written
+    to the destination): nothing below them exists, and what is above them was seen."""
+    d, top = str(dest), str(stop)
+    parent = os.path.dirname(d)
+    if missing is not None and d != top and parent in missing:
+        return None
     kind: str | None = None
     try:
-        m = os.lstat(dest).st_mode
+        m = os.lstat(d).st_mode
         kind = (
             "l" if stat.S_ISLNK(m) else "d" if stat.S_ISDIR(m) else "f" if stat.S_ISREG(m) else "x"
         )
     except FileNotFoundError:
         pass
-    top = str(stop)
-    if str(dest) == top:
+    if d == top:
         return kind
-    p = os.path.dirname(str(dest))
+    p = parent
     seen: list[str] = []
     while len(p) >= len(top) and (safe is None or p not in safe):
+        if missing is not None and p in missing:
+            break
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             st = None
+            if missing is not None:
+                missing.add(p)
         if st is not None and stat.S_ISLNK(st.st_mode):
             raise Conflict(f"{p} is a symbolic link")
         if st is not None and stat.S_ISDIR(st.st_mode):
@@ -91,17 +105,19 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     assert stage.head is not None
     hashes = r.machine.runtime_dir(stage.head.agent_id) / "hashes.sqlite"
     cache_db = _open_cache(hashes)
-    group_targets: dict[int, Path] = {}  # hard-link groups only
+    group_targets: dict[int, str] = {}  # hard-link groups only
     safe: set[str] = set()  # destination folders seen to be folders, not links
+    missing: set[str] = set()  # destination folders seen not to be there
+    home_s, agent_s, root_home = str(home_dir), str(agent_dir), str(agent_root / "Home")
     for path, kind, mode, size, sha, grp, mtime, placed in stage.iter_entries():
         if kind == "d" and sha:
             continue  # held here whole (checked above)
         if path == "Home" or path.startswith("Home/"):
             rel = path[5:]
-            target = home_dir / rel if rel else home_dir
-            dest = agent_root / "Home" / rel if rel else agent_root / "Home"
+            target = f"{home_s}/{rel}" if rel else home_s
+            dest = f"{root_home}/{rel}" if rel else root_home
             try:
-                have = _dest_kind(dest, agent_root, safe)
+                have = _dest_kind(dest, agent_root, safe, missing)
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
             if have is not None and (kind, have) not in _REPLACEABLE:
@@ -123,16 +139,16 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
                     os.unlink(target)
                 continue
         else:
-            target = agent_dir / path[len("Agent/") :]
+            target = f"{agent_s}/{path[len('Agent/') :]}"
         if kind == "d":
-            target.mkdir(parents=True, exist_ok=True)
+            os.makedirs(target, exist_ok=True)
             os.chmod(target, mode)
             continue
         if placed:  # its bytes, mode and mtime were written as they arrived
             if grp is not None:
                 group_targets[grp] = target
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
         if kind == "l":  # its target is text: never followed, never checked
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target)
@@ -142,7 +158,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
             os.link(group_targets[grp], target)
             continue
         if size == 0:
-            target.touch()
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
         else:
             _take(r, path, sha, target, discard, whole)
         os.chmod(target, mode)
@@ -197,7 +213,7 @@ def _held_whole(
     return same, adopt, whole
 
 
-def _same_meta(dest: Path, mode: int, mtime: int) -> bool:
+def _same_meta(dest: Path | str, mode: int, mtime: int) -> bool:
     """The file there has the stream's mode and mtime (its content is known to match)."""
     try:
         st = os.lstat(dest)
@@ -219,7 +235,7 @@ def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
 
 
 def _take(
-    r: Receiver, path: str, sha: str, target: Path, discard: list[Path], whole: list[str]
+    r: Receiver, path: str, sha: str, target: str, discard: list[Path], whole: list[str]
 ) -> None:
     """Put the content ``sha`` for the entry ``path`` at ``target``, from where the receiver
     holds it: opened without following any link (a folder of the base swapped for a link

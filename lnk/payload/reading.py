@@ -43,7 +43,7 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
-def read_settled(path: Path, keep: bool, tries: int = SETTLE_TRIES) -> Read | None:
+def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Read | None:
     """Read (``keep``: into memory) and hash a file, again while it changes under us.
 
     None if it is gone, or is no longer a regular file (never followed if a link).
@@ -99,7 +99,7 @@ class Slot:
 
     __slots__ = ("done", "got", "keep", "path")
 
-    def __init__(self, path: Path, keep: bool) -> None:
+    def __init__(self, path: Path | str, keep: bool) -> None:
         self.path, self.keep = path, keep
         self.got: Read | None = None
         self.done: Future[None] | None = None

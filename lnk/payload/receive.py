@@ -330,13 +330,14 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: 
     from lnk.payload.walk import HashCache
 
     skip = {f"Home/{p}" for p in skipped}
+    root = str(agent_root)
     cache = HashCache(cache_path)
     try:
         for path, kind, _mode, size, sha, _grp, _mtime, _placed in stage.iter_entries():
             if kind != "f" or path in skip:
                 continue
             try:
-                st = os.lstat(agent_root / path)
+                st = os.lstat(f"{root}/{path}")
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_size == size:

@@ -38,6 +38,7 @@ class Receiver:
     machine: Machine
     rid: str
     _con: sqlite3.Connection | None = field(default=None, repr=False, compare=False)
+    _objects_s: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def dir(self) -> Path:
@@ -50,6 +51,11 @@ class Receiver:
     @property
     def bulk(self) -> Path:
         return self.dir / "bulk"
+
+    def _objects(self) -> str:
+        if self._objects_s is None:
+            self._objects_s = str(self.objects)
+        return self._objects_s
 
     def key(self) -> ReceiverKey:
         try:
@@ -86,7 +92,7 @@ class Receiver:
         """Where content with this SHA-256 is held, as (a folder, a path below it): the
         receiver's own objects, a snapshot it took, or a file of the base as indexed at
         prepare.  The caller opens it with ``safefs`` (no link followed) and hashes it."""
-        if (self.objects / sha).is_file():
+        if os.path.isfile(f"{self._objects()}/{sha}"):
             return self.objects, sha
         con = self._local()
         if con is None:

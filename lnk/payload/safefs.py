@@ -88,7 +88,7 @@ def _why(e: OSError) -> str:
 
 
 def take(
-    root: Path, rel: str, target: Path, sha: str, *, link: bool = False, verify: bool = True
+    root: Path, rel: str, target: Path | str, sha: str, *, link: bool = False, verify: bool = True
 ) -> None:
     """Put the held file ``root/rel`` at ``target``, a copy (or, with ``link``, a hard link
     when nothing else links it), checking while reading that its SHA-256 is ``sha``.
@@ -125,7 +125,7 @@ def take(
         os.close(dfd)
 
 
-def _copy(fd: int, target: Path, sha: str | None) -> None:
+def _copy(fd: int, target: Path | str, sha: str | None) -> None:
     h = hashlib.sha256()
     ok = False
     out = os.open(

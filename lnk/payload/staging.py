@@ -68,7 +68,9 @@ class Stage:
         # full and final phases write each file's bytes straight into the staged tree
         # (its folders made as their entries arrive); a bulk keeps content only
         self.direct = False
-        self.cur_target: Path | None = None
+        self.cur_target: str | None = None
+        self.objects = str(receiver.objects)
+        self.home_s, self.agent_s = str(self.work / "home"), str(self.work / "agent")
         self.cur: Any = None  # open file for the pending entry's bytes
         self.cur_hash: Any = None
         self.cur_left = 0
@@ -175,7 +177,10 @@ class Stage:
                     "case or Unicode normalisation"
                 ) from None
             if e.kind == "d" and self.direct and not e.kept:
-                os.makedirs(self.staged(e.path), 0o700, exist_ok=True)
+                if e.path in M.FILE_ROOTS:
+                    os.makedirs(self.staged(e.path), 0o700, exist_ok=True)
+                else:  # its folder came before it (checked above)
+                    os.mkdir(self.staged(e.path), 0o700)
             if e.kind != "f":
                 continue
             self.files += 1
@@ -239,11 +244,13 @@ class Stage:
         if row[1]:
             raise M.bad(f"{path!r} is inside {parent!r}, which the stream says is held here whole")
 
-    def staged(self, path: str) -> Path:
+    def staged(self, path: str) -> str:
         """Where an entry of the stream is staged: work/home/… or work/agent/…."""
-        if path == "Home" or path.startswith("Home/"):
-            return self.work / "home" / path[5:] if path != "Home" else self.work / "home"
-        return self.work / "agent" / path[len("Agent/") :]
+        if path == "Home":
+            return self.home_s
+        if path.startswith("Home/"):
+            return f"{self.home_s}/{path[5:]}"
+        return f"{self.agent_s}/{path[len('Agent/') :]}"
 
     def _check_kept(self, e: M.FileEntry) -> None:
         """A folder said to be held here whole: the receiver's base holds it, with that
@@ -314,7 +321,7 @@ class Stage:
             self.cur = None
             # the content is held in this receiver too: a later entry of it finds it there
             with contextlib.suppress(FileExistsError):
-                os.link(self.cur_target, self.r.objects / e.sha256)
+                os.link(self.cur_target, f"{self.objects}/{e.sha256}")
             return
         self.cur.close()
         self.cur = None

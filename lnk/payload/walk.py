@@ -38,7 +38,7 @@ class WalkedFile:
     mtime_ns: int = 0
     group: int | None = None  # hard-link group number
     group_first: bool = True  # the first entry of its group carries the bytes
-    source: Path | None = None  # where to read the bytes (a snapshot for SQLite)
+    source: Path | str | None = None  # where to read the bytes (a snapshot for SQLite)
     snapshot: bool = False  # source is a private snapshot, not the file itself
     target: str = ""  # a symbolic link's target text (kind "l")
     kept: str = ""  # kind "d": the receiver holds this folder whole, with this digest
@@ -69,7 +69,7 @@ class _Frame:
 
     __slots__ = ("h", "it", "mode", "names", "ok", "rel")
 
-    def __init__(self, rel: str, mode: int, path: Path, digest: bool) -> None:
+    def __init__(self, rel: str, mode: int, path: Path | str, digest: bool) -> None:
         self.rel, self.mode = rel, mode
         self.it, self.names = _listing(path)
         self.h = hashlib.sha256(DIGEST_TAG) if digest else None
@@ -94,7 +94,7 @@ def dir_line_mode(mode: int) -> str:
     return format((mode & 0o777) | 0o700, "o")
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path | str) -> str:
     h = hashlib.sha256()
     with open(path, "rb", buffering=0) as f:
         buf = bytearray(READ_CHUNK)
@@ -208,7 +208,7 @@ def _link_target(path: str) -> str | None:
     return target
 
 
-def is_sqlite(path: Path) -> bool:
+def is_sqlite(path: Path | str) -> bool:
     try:
         with open(path, "rb") as f:
             return f.read(16) == SQLITE_MAGIC
@@ -216,7 +216,7 @@ def is_sqlite(path: Path) -> bool:
         return False
 
 
-def sqlite_snapshot(path: Path, into: Path) -> Path:
+def sqlite_snapshot(path: Path | str, into: Path) -> Path:
     """A consistent copy of a live database, through SQLite's online backup API."""
     fd, name = tempfile.mkstemp(prefix="snap-", suffix=".sqlite", dir=into)
     os.close(fd)
@@ -326,7 +326,7 @@ def _walk_dir(
             stats.folders += 1
             mode = stat.S_IMODE(est.st_mode)
             yield WalkedFile(erel, "d", mode)
-            stack.append(_Frame(erel, mode, Path(e.path), ends))
+            stack.append(_Frame(erel, mode, e.path, ends))
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1  # never carried, never deleted: not in a digest
@@ -334,7 +334,7 @@ def _walk_dir(
         if any(e.name.endswith(s) and e.name[: -len(s)] in fr.names for s in SQLITE_SIDECARS):
             fr.ok = False
             continue  # folded into the database's snapshot
-        f = _file(Path(e.path), erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
+        f = _file(e.path, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
         sha = f.sha256 or (EMPTY_SHA if f.size == 0 else "")
         if not sha or f.snapshot or f.group is not None:
             fr.ok = False
@@ -411,7 +411,7 @@ def collapse(
     yield from buf
 
 
-def _listing(path: Path) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
+def _listing(path: Path | str) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
     """A folder's entries sorted by name, and their names."""
     try:
         with os.scandir(path) as it:
@@ -422,7 +422,7 @@ def _listing(path: Path) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
 
 
 def _file(
-    path: Path,
+    path: Path | str,
     rel: str,
     st: os.stat_result,
     cache: HashCache,
