@@ -58,7 +58,7 @@ from lnk.agents import registry  # noqa: E402
 from lnk.agents.layout import Machine  # noqa: E402
 from lnk.agents.stores import open_agent_store  # noqa: E402
 from lnk.collections import CollectionId  # noqa: E402
-from lnk.transport import journal  # noqa: E402
+from lnk.move import journal  # noqa: E402
 
 GCM = "aes128-gcm@openssh.com"
 BOX = {"hostA": "a", "hostB": "b"}

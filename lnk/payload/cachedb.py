@@ -15,10 +15,20 @@ COMMIT_EVERY = 2000
 
 
 class CacheDB:
-    def __init__(self, path: Path | None, schema: tuple[str, ...]) -> None:
+    def __init__(self, path: Path | None, schema: tuple[str, ...], readonly: bool = False) -> None:
         self.db: sqlite3.Connection | None = None
         self.pending = 0
+        self.readonly = readonly
         if path is None:
+            return
+        if readonly:  # read as it is, nothing written beside it (no -wal, no -shm)
+            if path.is_file():
+                self.db = sqlite3.connect(
+                    f"file:{path}?immutable=1",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
             return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -32,7 +42,7 @@ class CacheDB:
         return None if self.db is None else self.db.execute(sql, args).fetchone()
 
     def write(self, sql: str, args: tuple[Any, ...]) -> None:
-        if self.db is None:
+        if self.db is None or self.readonly:
             return
         self.db.execute(sql, args)
         self.pending += 1
@@ -43,6 +53,7 @@ class CacheDB:
 
     def close(self) -> None:
         if self.db is not None:
-            self.db.execute("COMMIT")
+            if not self.readonly:
+                self.db.execute("COMMIT")
             self.db.close()
             self.db = None

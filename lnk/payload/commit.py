@@ -184,17 +184,29 @@ def _held_whole(
     rows = stage.db.execute("SELECT path, sha FROM e WHERE kind='d' AND sha != '' ORDER BY i")
     same, adopt, whole = 0, [], []
     info = r.info()
-    for path, digest in rows.fetchall():
+    kept = rows.fetchall()
+    walked: tuple[dict[str, str], dict[str, int]] | None = None
+    if stage.base_now is not None:
+        try:
+            walked = stage.base_now.result() if kept else None
+        except Exception:  # each folder is then walked on its own below
+            walked = None
+        finally:
+            stage.base_now.cancel()
+    for path, digest in kept:
         base, cache_path = info.get("base_root"), info.get("base_cache")
         if not base or not cache_path:
             raise Conflict(f"{path} is said to be held here whole, but nothing is held here")
         root = Path(base)
         _dest_kind(root / path, root)  # no link above it
-        cache = HashCache(Path(cache_path))
-        try:
-            now, files = folder_digest(root, path, cache)
-        finally:
-            cache.close()
+        if walked is not None:
+            now, files = walked[0].get(path, ""), walked[1].get(path, 0)
+        else:
+            cache = HashCache(Path(cache_path), readonly=True)
+            try:
+                now, files = folder_digest(root, path, cache)
+            finally:
+                cache.close()
         if now != digest:
             raise Refused(
                 f"{path} was to stay as this machine held it when the receiver was prepared "

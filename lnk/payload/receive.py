@@ -162,6 +162,8 @@ def _receive(
                 if existing is not None and stage.store_driver is None:
                     stage.store_driver = existing.settings.store
                 _check_phase(r, stage.head)
+                if stage.head.phase != "bulk":
+                    stage.look_at_base()
             if progress and rtype == M.DATA:
                 progress(len(body))
         stage.finish()

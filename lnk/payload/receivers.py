@@ -127,6 +127,16 @@ class Receiver:
             return None
         return str(row[0]) if row else None
 
+    def inventory_dirs(self) -> int:
+        """How many folders of the base have a digest (as indexed at prepare)."""
+        con = self._local()
+        if con is None:
+            return 0
+        try:
+            return int(con.execute("SELECT COUNT(*) FROM d").fetchone()[0])
+        except sqlite3.OperationalError:
+            return 0
+
     def inventory(self) -> Inventory:
         shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
         dirs: dict[str, str] = {}

@@ -26,6 +26,7 @@ from lnk.errors import InvalidInput, Refused, TransportError
 from lnk.payload import manifest as M
 from lnk.payload import safefs
 from lnk.payload.receivers import Receiver, base_chats
+from lnk.payload.walk import HashCache, tree_digests
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -57,6 +58,9 @@ class Stage:
         self.db.execute("CREATE TABLE g (grp INTEGER PRIMARY KEY, sha TEXT, size INT, ro INT)")
         self.db.execute("BEGIN")
         self.head: M.Head | None = None
+        # the base's folder digests as they are during this receive (look_at_base)
+        self.base_now: Future[tuple[dict[str, str], dict[str, int]]] | None = None
+        self.base_pool: ThreadPoolExecutor | None = None
         self.store_driver = store_driver
         self.store: Store | None = None
         self.entries = 0
@@ -243,6 +247,17 @@ class Stage:
             raise M.bad(f"{path!r} comes before its folder {parent!r}, or its folder is a file")
         if row[1]:
             raise M.bad(f"{path!r} is inside {parent!r}, which the stream says is held here whole")
+
+    def look_at_base(self) -> None:
+        """A stream may say folders of the receiver's base are held here whole: each is
+        checked at use, against what the base holds now.  That walk of the base starts
+        as the stream starts, beside it (the stream mostly waits on the sender)."""
+        info = self.r.info()
+        base, cache = info.get("base_root"), info.get("base_cache")
+        if not base or not cache or self.r.inventory_dirs() == 0:
+            return
+        self.base_pool = ThreadPoolExecutor(1, "lnk-base")
+        self.base_now = self.base_pool.submit(_digests_now, Path(base), Path(cache))
 
     def staged(self, path: str) -> str:
         """Where an entry of the stream is staged: work/home/… or work/agent/…."""
@@ -486,6 +501,9 @@ class Stage:
         if self.coll_file is not None:
             self.coll_file.close()
             self.coll_file = None
+        if self.base_pool is not None:
+            self.base_pool.shutdown(wait=False, cancel_futures=True)
+            self.base_pool = None
         if self.importer is not None:
             self.importer.shutdown(wait=True, cancel_futures=True)
             self.importer = None
@@ -502,6 +520,14 @@ class Stage:
         yield from self.db.execute(
             "SELECT path, kind, mode, size, sha, grp, mtime, placed FROM e ORDER BY i"
         )
+
+
+def _digests_now(base: Path, cache_path: Path) -> tuple[dict[str, str], dict[str, int]]:
+    cache = HashCache(cache_path, readonly=True)
+    try:
+        return tree_digests(base, cache)
+    finally:
+        cache.close()
 
 
 def _import(store: Store, f: Any, drop: CollectionId | None) -> None:

@@ -12,6 +12,7 @@ runtime folder, so a second send reads only what changed.
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import sqlite3
 import stat
@@ -28,7 +29,7 @@ SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 READ_CHUNK = 1 << 20
 
 
-@dataclass
+@dataclass(slots=True)
 class WalkedFile:
     rel: str  # path in the stream, e.g. "Home/notes.txt"
     kind: str  # "f" or "d"
@@ -67,27 +68,26 @@ def _enc(text: str) -> bytes:
 class _Frame:
     """A folder being walked: its sorted entries, and the digest of those seen so far."""
 
-    __slots__ = ("h", "it", "mode", "names", "ok", "rel")
+    __slots__ = ("entries", "h", "it", "mode", "ok", "rel")
 
     def __init__(self, rel: str, mode: int, path: Path | str, digest: bool) -> None:
         self.rel, self.mode = rel, mode
-        self.it, self.names = _listing(path)
+        self.entries = _listing(path)
+        self.it = iter(self.entries)
         self.h = hashlib.sha256(DIGEST_TAG) if digest else None
         self.ok = digest
 
-    def line(self, *fields: str | int) -> None:
+    def line(self, text: str) -> None:
         """One entry of the folder's digest (entries come sorted by name)."""
         if self.ok:
             assert self.h is not None
-            self.h.update(b"\0".join(_enc(str(f)) for f in fields) + b"\n")
+            self.h.update(_enc(text))
+
+    def has(self, name: str) -> bool:
+        return any(e.name == name for e in self.entries)
 
     def digest(self) -> str:
         return self.h.hexdigest() if self.ok and self.h is not None else ""
-
-
-def file_line_mode(mode: int) -> str:
-    """A file's mode as a folder's digest has it: as a receiver writes it (0o600 added)."""
-    return format((mode & 0o777) | 0o600, "o")
 
 
 def dir_line_mode(mode: int) -> str:
@@ -112,7 +112,7 @@ class HashCache(CacheDB):
 
     DIRS_KEPT = 64  # folders whose rows are held (a walk goes in and out of a few)
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, readonly: bool = False) -> None:
         super().__init__(
             path,
             (
@@ -120,6 +120,7 @@ class HashCache(CacheDB):
                 "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
                 "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID",
             ),
+            readonly,
         )
         self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
         self._rows: list[tuple[str, str, int, int, int, int, str]] = []
@@ -132,9 +133,13 @@ class HashCache(CacheDB):
             rows = {}
             if self.db is not None:
                 self._flush_rows()
-                for name, size, mtime, ctime, ino, sha in self.db.execute(
-                    "SELECT name, size, mtime, ctime, ino, sha FROM h2 WHERE dir=?", (d,)
-                ):
+                try:
+                    found = self.db.execute(
+                        "SELECT name, size, mtime, ctime, ino, sha FROM h2 WHERE dir=?", (d,)
+                    ).fetchall()
+                except sqlite3.OperationalError:  # read-only, and no table yet
+                    found = []
+                for name, size, mtime, ctime, ino, sha in found:
                     rows[name] = (size, mtime, ctime, ino, sha)
             self._dirs[d] = rows
         return rows
@@ -147,13 +152,14 @@ class HashCache(CacheDB):
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
         d, _, name = rel.rpartition("/")
-        row = self._folder(d).get(name)
+        rows = self._dirs.get(d)
+        row = (self._folder(d) if rows is None else rows).get(name)
         if row and row[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
             return row[4]
         return None
 
     def store(self, rel: str, st: os.stat_result, sha: str) -> None:
-        if self.db is None:
+        if self.db is None or self.readonly:
             return
         d, _, name = rel.rpartition("/")
         row = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha)
@@ -186,7 +192,7 @@ class HashCache(CacheDB):
             src.close()
 
     def _flush_rows(self) -> None:
-        if self._rows and self.db is not None:
+        if self._rows and self.db is not None and not self.readonly:
             self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
             self._rows = []
             self.db.execute("COMMIT")
@@ -302,7 +308,8 @@ def _walk_dir(
                 if stack:
                     up = stack[-1]
                     if digest:
-                        up.line("d", fr.rel.rpartition("/")[2], dir_line_mode(fr.mode), digest)
+                        name = fr.rel.rpartition("/")[2]
+                        up.line(f"d\0{name}\0{dir_line_mode(fr.mode)}\0{digest}\n")
                     else:
                         up.ok = False
                 yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest)
@@ -319,7 +326,7 @@ def _walk_dir(
                 fr.ok = False
             else:
                 stats.links += 1
-                fr.line("l", e.name, target)
+                fr.line(f"l\0{e.name}\0{target}\n")
                 yield WalkedFile(erel, "l", 0o777, target=target)
             continue
         if stat.S_ISDIR(est.st_mode):
@@ -331,7 +338,9 @@ def _walk_dir(
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1  # never carried, never deleted: not in a digest
             continue
-        if any(e.name.endswith(s) and e.name[: -len(s)] in fr.names for s in SQLITE_SIDECARS):
+        if e.name.endswith(SQLITE_SIDECARS) and any(
+            e.name.endswith(s) and fr.has(e.name[: -len(s)]) for s in SQLITE_SIDECARS
+        ):
             fr.ok = False
             continue  # folded into the database's snapshot
         f = _file(e.path, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
@@ -339,7 +348,8 @@ def _walk_dir(
         if not sha or f.snapshot or f.group is not None:
             fr.ok = False
         else:
-            fr.line("f", e.name, file_line_mode(f.mode), f.size, f.mtime_ns, sha)
+            mode = (f.mode & 0o777) | 0o600
+            fr.line(f"f\0{e.name}\0{mode:o}\0{f.size}\0{f.mtime_ns}\0{sha}\n")
         yield f
 
 
@@ -364,6 +374,34 @@ def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
             snap.unlink(missing_ok=True)
         os.rmdir(snap_dir)
     return digest, stats.files
+
+
+def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
+    """Every folder's digest under the agent's file roots at ``root`` (folders without
+    one are left out), and how many files each holds at any depth."""
+    digests: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    stack: list[int] = []
+    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
+    stats = WalkStats()
+    try:
+        for f in walk_agent(root, cache, stats, snap_dir, links=True, ends=True):
+            if f.kind == "d":
+                stack.append(0)
+            elif f.kind == "f" and stack:
+                stack[-1] += 1
+            elif f.kind == "e":
+                n = stack.pop()
+                if stack:
+                    stack[-1] += n
+                counts[f.rel] = n
+                if f.sha256:
+                    digests[f.rel] = f.sha256
+    finally:
+        for snap in stats.snapshots:
+            snap.unlink(missing_ok=True)
+        os.rmdir(snap_dir)
+    return digests, counts
 
 
 def collapse(
@@ -411,14 +449,16 @@ def collapse(
     yield from buf
 
 
-def _listing(path: Path | str) -> tuple[Iterator[os.DirEntry[str]], set[str]]:
-    """A folder's entries sorted by name, and their names."""
+def _listing(path: Path | str) -> list[os.DirEntry[str]]:
+    """A folder's entries sorted by name."""
     try:
         with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            return sorted(it, key=_name)
     except OSError:
-        entries = []
-    return iter(entries), {e.name for e in entries}
+        return []
+
+
+_name = operator.attrgetter("name")
 
 
 def _file(
