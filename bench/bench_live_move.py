@@ -111,7 +111,14 @@ def live_rounds(b: Bench, rounds: int) -> tuple[int, list[str]]:
         held: dict[str, Any] = {}
         orig = mv.fault
 
-        def hook(point: str, home: Path = home, writer: Any = writer) -> None:
+        def hook(
+            point: str,
+            home: Path = home,
+            writer: Any = writer,
+            stop: Path = stop,
+            held: dict[str, Any] = held,
+            orig: Any = orig,
+        ) -> None:
             if point == "move:after-bulk":  # the agent pauses: nothing writes any more
                 stop.touch()
                 writer.wait(30)
@@ -130,7 +137,7 @@ def live_rounds(b: Bench, rounds: int) -> tuple[int, list[str]]:
             else:
                 failed.append(f"round {n + 1}: files equal {same}, rows equal {rows}")
             place = to
-        except Exception as e:  # noqa: BLE001 - a bench counts failures, it does not stop
+        except Exception as e:  # a bench counts failures, it does not stop
             failed.append(f"round {n + 1}: {type(e).__name__}: {e}")
         finally:
             mv.fault = orig

@@ -25,16 +25,17 @@ class Read:
     """What reading one file found: its bytes (small files), SHA-256, stat, and whether
     it held still while it was read."""
 
-    __slots__ = ("data", "head", "settled", "sha", "snapshot", "st")
+    __slots__ = ("data", "head", "settled", "sha", "snapshot", "st", "t0")
 
     def __init__(
         self, data: bytes | None, sha: str, st: os.stat_result, settled: bool, head: bytes = b""
     ) -> None:
         self.data, self.sha, self.st, self.settled, self.head = data, sha, st, settled, head
         self.snapshot: Path | None = None  # a SQLite database's snapshot, read instead
+        self.t0 = 0  # when the read began (time_ns)
 
 
-def _same(a: os.stat_result, b: os.stat_result) -> bool:
+def same_stat(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
         b.st_ino,
         b.st_size,
@@ -53,6 +54,7 @@ def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Rea
     for attempt in range(tries):
         if attempt:
             time.sleep(0.002 * attempt)
+        t0 = time.time_ns()
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -87,8 +89,9 @@ def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Rea
         finally:
             os.close(fd)
         last = Read(
-            data, h.hexdigest(), after, _same(before, after) and size == after.st_size, head
+            data, h.hexdigest(), after, same_stat(before, after) and size == after.st_size, head
         )
+        last.t0 = t0
         if last.settled:
             return last
     return last

@@ -43,6 +43,8 @@ class WalkedFile:
     snapshot: bool = False  # source is a private snapshot, not the file itself
     target: str = ""  # a symbolic link's target text (kind "l")
     kept: str = ""  # kind "d": the receiver holds this folder whole, with this digest
+    st: os.stat_result | None = None  # its stat when its SHA-256 was known (walk or read)
+    read_at: int = 0  # when that read began (time_ns); 0: the hash cache vouched for it
 
 
 @dataclass
@@ -501,4 +503,4 @@ def _file(
         stats.hashed_bytes += st.st_size
         cache.store(rel, st, sha)
     stats.bytes += st.st_size
-    return WalkedFile(rel, "f", mode, st.st_size, sha, st.st_mtime_ns, group, first, path)
+    return WalkedFile(rel, "f", mode, st.st_size, sha, st.st_mtime_ns, group, first, path, st=st)

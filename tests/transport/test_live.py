@@ -122,7 +122,7 @@ def test_a_running_agent_moves_bulk_then_final(src: Machine, dst: Machine, round
 
 
 def _never_settles(name: str) -> Any:
-    real = R._same
+    real = R.same_stat
 
     def same(x: os.stat_result, y: os.stat_result) -> bool:
         return False if x.st_ino == os.lstat(name).st_ino else real(x, y)
@@ -136,7 +136,7 @@ def test_a_file_that_never_settles_fails_a_one_phase_send_naming_it(
     a = make_agent(src)
     write(a.folders.home / "ok.txt", b"fine\n")
     log = write(a.folders.home / "logs" / "busy.log", b"busy\n" * 100)
-    monkeypatch.setattr(R, "_same", _never_settles(str(log)))
+    monkeypatch.setattr(R, "same_stat", _never_settles(str(log)))
     r = prepare(dst)
     with pytest.raises(StreamError, match=r"Home/logs/busy\.log kept changing"):
         send_bytes(a, r)
@@ -150,7 +150,7 @@ def test_a_file_that_never_settles_is_unsettled_in_a_bulk_and_settled_in_the_fin
     a = make_agent(src)
     write(a.folders.home / "ok.txt", b"fine\n")
     log = write(a.folders.home / "busy.log", b"busy\n" * 100)
-    monkeypatch.setattr(R, "_same", _never_settles(str(log)))
+    monkeypatch.setattr(R, "same_stat", _never_settles(str(log)))
     r = prepare(dst)
     bulk, brep = send_bytes(a, r, phase="bulk")
     assert brep.unsettled == ["Home/busy.log"]
