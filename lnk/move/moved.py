@@ -5,7 +5,9 @@ Leaving: the agent stops here, its folders are kept aside, a note says where it 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import time
 from typing import Any
 
@@ -17,6 +19,7 @@ from lnk.agents.policy import remember
 from lnk.agents.registry import Agent
 from lnk.errors import NotFound, UsageError
 from lnk.fsutil import rmtree
+from lnk.payload.kept import record_left
 from lnk.runtime import service
 
 
@@ -34,6 +37,9 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
         hashes = agent.runtime / "hashes.sqlite"
         if hashes.exists():  # so a move back hashes nothing it already knows
             hashes.rename(kept / ".lnk-hashes.sqlite")
+        # and tells what a person changed here meanwhile by its stat alone
+        with contextlib.suppress(OSError, sqlite3.Error):
+            record_left(kept, kept / ".lnk-hashes.sqlite")
     now = time.time()
     note = {
         "id": agent.id,

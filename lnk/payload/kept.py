@@ -26,21 +26,88 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lnk.payload.manifest import FILE_ROOTS
 from lnk.payload.walk import HashCache
 
 CONFLICT = ".moved-conflict-"
 
 
+LEFT = "left"  # the kept folder's files as the agent left them: rel -> stat
+
+
+def record_left(kept: Path, cache_path: Path) -> None:
+    """Note every file of the kept folder as the agent left it (size, mtime, ctime,
+    inode), once it stopped: a move back then tells what a person changed there by
+    its stat alone, whatever the hash cache holds (a file written in the agent's last
+    moments, a SQLite database)."""
+    con = sqlite3.connect(cache_path)
+    try:
+        con.execute(f"DROP TABLE IF EXISTS {LEFT}")
+        con.execute(
+            f"CREATE TABLE {LEFT} (rel TEXT PRIMARY KEY, size INT, mtime INT, ctime INT, "
+            "ino INT) WITHOUT ROWID"
+        )
+        rows: list[tuple[str, int, int, int, int]] = []
+        for root in FILE_ROOTS:
+            stack = [root]
+            while stack:
+                rel = stack.pop()
+                try:
+                    it = os.scandir(kept / rel)
+                except OSError:
+                    continue
+                with it:
+                    for e in it:
+                        sub = f"{rel}/{e.name}"
+                        try:
+                            st = e.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISDIR(st.st_mode):
+                            stack.append(sub)
+                        elif stat.S_ISREG(st.st_mode):
+                            rows.append(
+                                (sub, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                            )
+                if len(rows) >= 5000:
+                    con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
+                    rows.clear()
+        con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
+        con.commit()
+    finally:
+        con.close()
+
+
 class ChangeRecorder(HashCache):
-    """The kept folder's cache, noting every file it no longer vouches for."""
+    """The kept folder's cache, noting every file changed since the agent left it: by
+    the stats noted when it left (``record_left``), else by what the cache vouches for."""
 
     def __init__(self, path: Path | None) -> None:
         super().__init__(path)
         self.changed: dict[str, str | None] = {}
+        self.left: sqlite3.Connection | None = None
+        if path is not None and self.db is not None:
+            try:
+                self.db.execute(f"SELECT 1 FROM {LEFT} LIMIT 1").fetchall()
+                self.left = self.db
+            except sqlite3.OperationalError:
+                self.left = None  # left before lnk noted stats: the cache alone tells
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
         sha = super().lookup(rel, st)
-        if sha is None:
+        if self.left is not None:
+            row = self.left.execute(
+                f"SELECT size, mtime, ctime, ino FROM {LEFT} WHERE rel=?", (rel,)
+            ).fetchone()
+            same = row is not None and tuple(row) == (
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+            )
+            if not same:
+                self.changed[rel] = self.remembered(rel)
+        elif sha is None:
             self.changed[rel] = self.remembered(rel)
         return sha
 

@@ -88,3 +88,42 @@ def test_an_unchanged_round_trip_keeps_everything_and_reports_nothing(
     rep = receive_bytes(src, r, data)
     assert rep.kept_from_moved == [] and rep.conflicts == []
     assert agent_files(load_agent(src).folders.root) == want
+
+
+def test_a_move_back_after_last_moment_writes_and_a_database_keeps_no_copies(
+    src: Machine, dst: Machine
+) -> None:
+    """Nobody touched the kept folder: a file the agent wrote in its last moments (its
+    hash not cached, racy) and a SQLite database (never cached: it travels as a
+    snapshot) are the agent's, not a person's: no conflict copies, nothing kept."""
+    import sqlite3
+
+    a = sample_agent(src)
+    h = a.folders.home
+    write(h / "old.txt", b"old\n", 0o644, OLD)
+    con = sqlite3.connect(h / "state.db")
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (v TEXT)")
+    con.execute("INSERT INTO t VALUES ('before')")
+    con.commit()
+    con.close()
+    write(h / "fresh.log", b"written just now\n")
+    move(a, dst)
+    leave(src, a, "b")
+    b = load_agent(dst)
+    write(b.folders.home / "fresh.log", b"the agent went on\n")
+    con = sqlite3.connect(b.folders.home / "state.db")
+    con.execute("INSERT INTO t VALUES ('after')")
+    con.commit()
+    con.close()
+    r = prepare(src, b.id)
+    data, _ = send_bytes(b, r, inventory=r.inventory())
+    rep = receive_bytes(src, r, data)
+    assert rep.committed
+    assert rep.conflicts == [] and rep.kept_from_moved == []
+    back = load_agent(src).folders.home
+    assert (back / "fresh.log").read_bytes() == b"the agent went on\n"
+    con = sqlite3.connect(back / "state.db")
+    assert con.execute("SELECT v FROM t").fetchall() == [("before",), ("after",)]
+    con.close()
+    assert not [p for p in back.iterdir() if ".moved-conflict-" in p.name]
