@@ -39,7 +39,8 @@ from lnk.backup.writer import SnapshotWriter
 from lnk.errors import BackupError, FormatMismatch, LnkError, NotFound, Refused
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head, export_lines
-from lnk.payload.walk import HashCache, WalkStats, walk_agent
+from lnk.payload.hashcache import HashCache
+from lnk.payload.walk import WalkStats, walk_agent
 from lnk.transport.buckets import Bucket, open_bucket
 
 LABEL = "lnk-layout"

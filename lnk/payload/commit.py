@@ -27,64 +27,11 @@ from lnk.agents.layout import AGENT_COLLECTION_DIRS, Machine
 from lnk.errors import Refused
 from lnk.payload import safefs
 from lnk.payload.receivers import Receiver
+from lnk.payload.safefs import Conflict, dest_kind
 from lnk.payload.staging import Stage
-from lnk.payload.walk import HashCache, folder_digest
+from lnk.payload.whole import adopt_whole, held_whole
 
 JOURNAL = "commit.json"
-
-
-class Conflict(Exception):
-    pass
-
-
-def _dest_kind(
-    dest: Path | str,
-    stop: Path | str,
-    safe: set[str] | None = None,
-    missing: set[str] | None = None,
-) -> str | None:
-    """What the destination holds at ``dest``: None, "f", "d", "l" (a symbolic link,
-    never followed) or "x"; raises Conflict if a folder above it is a link.
-
-    ``safe``: folders already seen to be real folders (not links) in this pass, so a
-    folder of many files costs one lstat a file, not one per folder above it.
-    ``missing``: folders seen not to exist in this pass (only while nothing is written
-    to the destination): nothing below them exists, and what is above them was seen."""
-    d, top = str(dest), str(stop)
-    parent = os.path.dirname(d)
-    if missing is not None and d != top and parent in missing:
-        return None
-    kind: str | None = None
-    try:
-        m = os.lstat(d).st_mode
-        kind = (
-            "l" if stat.S_ISLNK(m) else "d" if stat.S_ISDIR(m) else "f" if stat.S_ISREG(m) else "x"
-        )
-    except FileNotFoundError:
-        pass
-    if d == top:
-        return kind
-    p = parent
-    seen: list[str] = []
-    while len(p) >= len(top) and (safe is None or p not in safe):
-        if missing is not None and p in missing:
-            break
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            st = None
-            if missing is not None:
-                missing.add(p)
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            raise Conflict(f"{p} is a symbolic link")
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            seen.append(p)
-        if p == top or os.path.dirname(p) == p:
-            break
-        p = os.path.dirname(p)
-    if safe is not None:
-        safe.update(seen)
-    return kind
 
 
 # what may take a place the destination holds: a file or a link is renamed over a file
@@ -101,7 +48,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     agent_dir.mkdir(exist_ok=True)
     home_dir.mkdir(exist_ok=True)
     discard = _discarded_roots(r, agent_root)
-    same, adopt, whole = _held_whole(stage, r, agent_root)
+    same, adopt, whole = held_whole(stage, r, agent_root)
     assert stage.head is not None
     hashes = r.machine.runtime_dir(stage.head.agent_id) / "hashes.sqlite"
     cache_db = _open_cache(hashes)
@@ -117,7 +64,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
             target = f"{home_s}/{rel}" if rel else home_s
             dest = f"{root_home}/{rel}" if rel else root_home
             try:
-                have = _dest_kind(dest, agent_root, safe, missing)
+                have = dest_kind(dest, agent_root, safe, missing)
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
             if have is not None and (kind, have) not in _REPLACEABLE:
@@ -170,59 +117,6 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     if cache_db is not None:
         cache_db.close()
     return same, adopt
-
-
-def _held_whole(
-    stage: Stage, r: Receiver, agent_root: Path
-) -> tuple[int, list[list[str]], list[str]]:
-    """The folders the stream says this machine holds whole, each checked now (at use,
-    not only at prepare): the base's folder at that path still has that digest.
-
-    Returns how many Home files they hold where they already are, the renames that put
-    the others in what is staged, and their paths in the base (none of their files may
-    be hard-linked elsewhere: they stay the agent's own)."""
-    rows = stage.db.execute("SELECT path, sha FROM e WHERE kind='d' AND sha != '' ORDER BY i")
-    same, adopt, whole = 0, [], []
-    info = r.info()
-    kept = rows.fetchall()
-    walked: tuple[dict[str, str], dict[str, int]] | None = None
-    if stage.base_now is not None:
-        try:
-            walked = stage.base_now.result() if kept else None
-        except Exception:  # each folder is then walked on its own below
-            walked = None
-        finally:
-            stage.base_now.cancel()
-    for path, digest in kept:
-        base, cache_path = info.get("base_root"), info.get("base_cache")
-        if not base or not cache_path:
-            raise Conflict(f"{path} is said to be held here whole, but nothing is held here")
-        root = Path(base)
-        _dest_kind(root / path, root)  # no link above it
-        if walked is not None:
-            now, files = walked[0].get(path, ""), walked[1].get(path, 0)
-        else:
-            cache = HashCache(Path(cache_path), readonly=True)
-            try:
-                now, files = folder_digest(root, path, cache)
-            finally:
-                cache.close()
-        if now != digest:
-            raise Refused(
-                f"{path} was to stay as this machine held it when the receiver was prepared "
-                f"({root / path}), but it changed since",
-                hint="nothing was applied; prepare a new receiver "
-                "(lnk agent state-receive --prepare) and send again",
-            )
-        whole.append(str(root / path))
-        if path == "Home" or path.startswith("Home/"):
-            if root == agent_root:
-                same += files  # in place already: nothing to do
-            else:
-                adopt.append([str(root / path), str(stage.work / "home" / path[5:])])
-        else:
-            adopt.append([str(root / path), str(stage.work / "agent" / path[len("Agent/") :])])
-    return same, adopt, whole
 
 
 def _same_meta(dest: Path | str, mode: int, mtime: int) -> bool:
@@ -356,7 +250,7 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
         (root / sub).mkdir(parents=True, exist_ok=True)
     new_agent, old_agent = work / "agent", work / "agent-old"
     if new_agent.exists():
-        _adopt(plan.get("adopt") or [])
+        adopt_whole(plan.get("adopt") or [])
         if (root / "Agent").exists() and not old_agent.exists():
             os.rename(root / "Agent", old_agent)
         if not (root / "Agent").exists():
@@ -384,28 +278,6 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
     return {"skipped": skipped}
 
 
-def _adopt(renames: list[list[str]]) -> None:
-    """Folders held here whole go into what is staged by one rename each.  Each is
-    done once (a crash between two leaves some done: a source gone is done); where the
-    staged folder exists already (a root such as Home/), what it lacks moves into it."""
-    for src, dst in renames:
-        if not os.path.lexists(src):
-            continue
-        if not os.path.lexists(dst):
-            os.rename(src, dst)
-            continue
-        stack = [(src, dst)]
-        while stack:
-            s, d = stack.pop()
-            with os.scandir(s) as it:
-                for e in it:
-                    t = os.path.join(d, e.name)
-                    if not os.path.lexists(t):
-                        os.rename(e.path, t)
-                    elif e.is_dir(follow_symlinks=False) and _dest_kind(Path(t), Path(dst)) == "d":
-                        stack.append((e.path, t))
-
-
 def _merge_home(src: Path, dest: Path) -> list[str]:
     """Move every staged file into Home, never following a link that appeared meanwhile.
 
@@ -421,7 +293,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
         rel = stack.pop()
         d = dest / rel
         try:
-            have = _dest_kind(d, dest, safe)
+            have = dest_kind(d, dest, safe)
             if have is None:
                 d.mkdir()
                 os.chmod(d, stat.S_IMODE(os.stat(src / rel).st_mode))  # the mode travels
@@ -435,7 +307,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
                 target = d / entry.name
                 if entry.is_dir(follow_symlinks=False):
                     try:
-                        missing = _dest_kind(target, dest, safe) is None
+                        missing = dest_kind(target, dest, safe) is None
                     except Conflict:
                         missing = False
                     if missing:  # not there at all: the whole folder goes in one rename
@@ -447,7 +319,7 @@ def _merge_home(src: Path, dest: Path) -> list[str]:
                 try:
                     # a file or link renamed over a file or link: the name is
                     # replaced, nothing is written through a link
-                    if _dest_kind(target, dest, safe) not in (None, "f", "l"):
+                    if dest_kind(target, dest, safe) not in (None, "f", "l"):
                         raise Conflict("not a file")
                     os.replace(entry.path, target)
                 except (Conflict, OSError):

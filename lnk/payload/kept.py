@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import FILE_ROOTS
-from lnk.payload.walk import HashCache
 
 CONFLICT = ".moved-conflict-"
 

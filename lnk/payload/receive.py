@@ -193,7 +193,7 @@ def _receive(
         if "full" in str(e):
             raise disk_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) from e
         raise
-    except commit.Conflict as e:
+    except safefs.Conflict as e:
         raise Refused(
             f"the stream's files clash with what is here: {e}",
             hint="move the thing in the way aside, then send again",
@@ -300,7 +300,7 @@ def _adopt_hashes(r: Any, stage: Stage, cache_path: Path, agent_root: Path) -> N
     base, other = info.get("base_root"), info.get("base_cache")
     if not base or not other or Path(base) == agent_root:
         return
-    from lnk.payload.walk import HashCache
+    from lnk.payload.hashcache import HashCache
 
     with contextlib.suppress(Exception):  # a cache: losing it costs time only
         tops = [
@@ -329,7 +329,7 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: 
     Only a file that is there as written (same size) is remembered, keyed by its stat
     now, so anything that changes it later is hashed again.
     """
-    from lnk.payload.walk import HashCache
+    from lnk.payload.hashcache import HashCache
 
     skip = {f"Home/{p}" for p in skipped}
     root = str(agent_root)

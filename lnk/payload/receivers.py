@@ -25,9 +25,10 @@ from lnk.agents.registry import find_by_id
 from lnk.errors import InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
+from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.kept import ChangeRecorder, record_changes
-from lnk.payload.walk import HashCache, WalkStats, walk_agent
+from lnk.payload.walk import WalkStats, walk_agent
 
 RECEIVER_PREFIX = "rcv-"
 MAX_AGE_S = 24 * 3600  # a receiver is refused, and its key deleted, after 24 hours

@@ -29,7 +29,16 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHUNK = 1 << 20
 
 
-__all__ = ["Changed", "open_parent", "open_under", "rmtree", "sha256_fd", "take"]
+__all__ = [
+    "Changed",
+    "Conflict",
+    "dest_kind",
+    "open_parent",
+    "open_under",
+    "rmtree",
+    "sha256_fd",
+    "take",
+]
 
 
 class Changed(Exception):
@@ -148,3 +157,58 @@ def _copy(fd: int, target: Path | str, sha: str | None) -> None:
                 os.unlink(target)
     if not ok:
         raise Changed("it changed since the receiver was prepared")
+
+
+# ---- what the destination holds -------------------------------------------------------------
+class Conflict(Exception):
+    pass
+
+
+def dest_kind(
+    dest: Path | str,
+    stop: Path | str,
+    safe: set[str] | None = None,
+    missing: set[str] | None = None,
+) -> str | None:
+    """What the destination holds at ``dest``: None, "f", "d", "l" (a symbolic link,
+    never followed) or "x"; raises Conflict if a folder above it is a link.
+
+    ``safe``: folders already seen to be real folders (not links) in this pass, so a
+    folder of many files costs one lstat a file, not one per folder above it.
+    ``missing``: folders seen not to exist in this pass (only while nothing is written
+    to the destination): nothing below them exists, and what is above them was seen."""
+    d, top = str(dest), str(stop)
+    parent = os.path.dirname(d)
+    if missing is not None and d != top and parent in missing:
+        return None
+    kind: str | None = None
+    try:
+        m = os.lstat(d).st_mode
+        kind = (
+            "l" if stat.S_ISLNK(m) else "d" if stat.S_ISDIR(m) else "f" if stat.S_ISREG(m) else "x"
+        )
+    except FileNotFoundError:
+        pass
+    if d == top:
+        return kind
+    p = parent
+    seen: list[str] = []
+    while len(p) >= len(top) and (safe is None or p not in safe):
+        if missing is not None and p in missing:
+            break
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            st = None
+            if missing is not None:
+                missing.add(p)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise Conflict(f"{p} is a symbolic link")
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            seen.append(p)
+        if p == top or os.path.dirname(p) == p:
+            break
+        p = os.path.dirname(p)
+    if safe is not None:
+        safe.update(seen)
+    return kind

@@ -9,7 +9,6 @@ receiver's inventory holds, or that this stream already carried, carries none.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -22,21 +21,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lnk.agents.registry import Agent
-from lnk.agents.stores import open_agent_store
 from lnk.errors import StreamError
 from lnk.formats.keys import PublicKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
-from lnk.payload.agent_records import agent_head, export_lines
+from lnk.payload.agent_records import agent_head
+from lnk.payload.folders import collapse
+from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.reading import SETTLE_TRIES, Slot, read_chunk, read_settled, same_stat
-from lnk.payload.walk import (
-    HashCache,
-    WalkedFile,
-    WalkStats,
-    collapse,
-    walk_agent,
-)
+from lnk.payload.spool import send_spool, spool_collections
+from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
 
 BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
@@ -69,10 +64,6 @@ class SendReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def collection_key(kind: str, name: str) -> str:
-    return f"{kind}/{name}"
 
 
 READ_JOB = 32  # files a read job takes
@@ -384,7 +375,7 @@ def send_agent(
     readers = ThreadPoolExecutor(READERS, "lnk-read")
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
-        spooled = pool.submit(_spool_collections, agent, spool, since, inventory)
+        spooled = pool.submit(spool_collections, agent, spool, since, inventory)
         sender = _Sender(writer, inventory, report, progress, phase, cache, readers, snap_dir)
         # with the receiver's folder digests, a folder it holds whole goes as one entry
         held = inventory.dirs if inventory is not None else {}
@@ -404,7 +395,7 @@ def send_agent(
         done = spooled.result()
         report.collections, report.collection_records = done.collections, done.records
         report.watermarks = done.watermarks
-        _send_spool(writer, spool)
+        send_spool(writer, spool)
         report.hashed_bytes += stats.hashed_bytes
         report.skipped_links = stats.skipped_links
         report.skipped_special = stats.skipped_special
@@ -432,59 +423,3 @@ def send_agent(
         cache.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
     return report
-
-
-@dataclass
-class _Spooled:
-    collections: int = 0
-    records: int = 0
-    watermarks: dict[str, int] = field(default_factory=dict)
-
-
-def _spool_collections(
-    agent: Agent, spool: BinaryIO, since: dict[str, int], inventory: Inventory | None
-) -> _Spooled:
-    """Export every collection as JSON lines into ``spool`` (one export record a line).
-
-    It runs on a thread of its own while the files go, so reading a conversation's
-    many small files overlaps the hashing and sealing of the agent's files.
-    """
-    s = agent.settings
-    store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
-    out = _Spooled()
-    try:
-        for cid in store.collections():
-            key = collection_key(cid.kind, cid.name)
-            start = 0
-            if cid.shape == "log":
-                start = since.get(key, 0)
-                if not start and inventory is not None and inventory.logs:
-                    start = inventory.log_since(
-                        key, store.last_number(cid), lambda n, c=cid: _event_digest(store, c, n)
-                    )
-            last = start
-            out.collections += 1
-            for rec, line in export_lines(store, cid, start):
-                if rec.get("t") == "event":
-                    last = max(last, int(rec["n"]))
-                spool.write(line)
-                out.records += 1
-            if cid.shape == "log":
-                out.watermarks[key] = last
-    finally:
-        store.close()
-    return out
-
-
-def _send_spool(writer: StreamWriter, spool: BinaryIO) -> None:
-    """The spooled lines as COLLECTION records, cut anywhere (a line may span records)."""
-    spool.seek(0)
-    while chunk := spool.read(RECORD_MAX):
-        writer.write(M.COLLECTION, chunk)
-
-
-def _event_digest(store: Any, cid: Any, n: int) -> str:
-    ev = store.read(cid, n, n + 1)
-    if not ev:
-        return ""
-    return hashlib.sha256(json.dumps(ev[0].data, sort_keys=True).encode()).hexdigest()

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
+from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import FILE_ROOTS, read_only
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -106,105 +106,6 @@ def sha256_file(path: Path | str) -> str:
     return h.hexdigest()
 
 
-class HashCache(CacheDB):
-    """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same.
-
-    Rows are keyed by (folder, name) and read a folder at a time (one query per
-    folder, not per file); writes go in batches of a few thousand."""
-
-    DIRS_KEPT = 64  # folders whose rows are held (a walk goes in and out of a few)
-
-    def __init__(self, path: Path | None, readonly: bool = False) -> None:
-        super().__init__(
-            path,
-            (
-                "DROP TABLE IF EXISTS h",  # the one-row-per-path cache before folders
-                "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
-                "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID",
-            ),
-            readonly,
-        )
-        self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
-        self._rows: list[tuple[str, str, int, int, int, int, str]] = []
-
-    def _folder(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
-        rows = self._dirs.get(d)
-        if rows is None:
-            if len(self._dirs) >= self.DIRS_KEPT:
-                self._dirs.clear()
-            rows = {}
-            if self.db is not None:
-                self._flush_rows()
-                try:
-                    found = self.db.execute(
-                        "SELECT name, size, mtime, ctime, ino, sha FROM h2 WHERE dir=?", (d,)
-                    ).fetchall()
-                except sqlite3.OperationalError:  # read-only, and no table yet
-                    found = []
-                for name, size, mtime, ctime, ino, sha in found:
-                    rows[name] = (size, mtime, ctime, ino, sha)
-            self._dirs[d] = rows
-        return rows
-
-    def remembered(self, rel: str) -> str | None:
-        """The SHA-256 remembered for ``rel``, whatever its stat is now."""
-        d, _, name = rel.rpartition("/")
-        row = self._folder(d).get(name)
-        return row[4] if row else None
-
-    def lookup(self, rel: str, st: os.stat_result) -> str | None:
-        d, _, name = rel.rpartition("/")
-        rows = self._dirs.get(d)
-        row = (self._folder(d) if rows is None else rows).get(name)
-        if row and row[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
-            return row[4]
-        return None
-
-    def store(self, rel: str, st: os.stat_result, sha: str) -> None:
-        if self.db is None or self.readonly:
-            return
-        d, _, name = rel.rpartition("/")
-        row = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha)
-        held = self._dirs.get(d)
-        if held is not None:
-            held[name] = row
-        self._rows.append((d, name, *row))
-        if len(self._rows) >= COMMIT_EVERY:
-            self._flush_rows()
-
-    def adopt(self, other: Path, top: str) -> None:
-        """Take ``other``'s rows for the folder ``top`` and everything below it (a folder
-        that moved here whole keeps its files' stat, so their SHA-256s stay good)."""
-        if self.db is None or not other.is_file():
-            return
-        self._flush_rows()
-        self._dirs.clear()
-        src = sqlite3.connect(f"file:{other}?mode=ro", uri=True)
-        try:
-            rows = src.execute(
-                "SELECT dir, name, size, mtime, ctime, ino, sha FROM h2 "
-                "WHERE dir=? OR substr(dir, 1, ?)=?",
-                (top, len(top) + 1, top + "/"),
-            )
-            while batch := rows.fetchmany(COMMIT_EVERY):
-                self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", batch)
-        except sqlite3.Error:
-            pass  # a cache: losing it costs time only
-        finally:
-            src.close()
-
-    def _flush_rows(self) -> None:
-        if self._rows and self.db is not None and not self.readonly:
-            self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
-            self._rows = []
-            self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
-
-    def close(self) -> None:
-        self._flush_rows()
-        super().close()
-
-
 def _link_target(path: str) -> str | None:
     """A link's target as text, if it can travel (UTF-8, no longer than a path)."""
     try:
@@ -276,12 +177,12 @@ def walk_agent(
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue
-        yield from _walk_dir(
+        yield from walk_dir(
             top, root, cache, stats, groups, snap_dir, hash_files, links, sqlite, ends
         )
 
 
-def _walk_dir(
+def walk_dir(
     path: Path,
     rel: str,
     cache: HashCache,
@@ -353,102 +254,6 @@ def _walk_dir(
             mode = (f.mode & 0o777) | 0o600
             fr.line(f"f\0{e.name}\0{mode:o}\0{f.size}\0{f.mtime_ns}\0{sha}\n")
         yield f
-
-
-def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
-    """The digest of the folder ``root/rel`` as it is now ("" if it has none, or is not
-    a folder: a link is never followed), and how many files it holds."""
-    top = root / rel
-    try:
-        if not stat.S_ISDIR(os.lstat(top).st_mode):
-            return "", 0
-    except OSError:
-        return "", 0
-    stats = WalkStats()
-    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
-    digest = ""
-    try:
-        for f in _walk_dir(top, rel, cache, stats, {}, snap_dir, True, True, True, True):
-            if f.kind == "e" and f.rel == rel:
-                digest = f.sha256
-    finally:
-        for snap in stats.snapshots:
-            snap.unlink(missing_ok=True)
-        os.rmdir(snap_dir)
-    return digest, stats.files
-
-
-def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
-    """Every folder's digest under the agent's file roots at ``root`` (folders without
-    one are left out), and how many files each holds at any depth."""
-    digests: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    stack: list[int] = []
-    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
-    stats = WalkStats()
-    try:
-        for f in walk_agent(root, cache, stats, snap_dir, links=True, ends=True):
-            if f.kind == "d":
-                stack.append(0)
-            elif f.kind == "f" and stack:
-                stack[-1] += 1
-            elif f.kind == "e":
-                n = stack.pop()
-                if stack:
-                    stack[-1] += n
-                counts[f.rel] = n
-                if f.sha256:
-                    digests[f.rel] = f.sha256
-    finally:
-        for snap in stats.snapshots:
-            snap.unlink(missing_ok=True)
-        os.rmdir(snap_dir)
-    return digests, counts
-
-
-def collapse(
-    items: Iterator[WalkedFile], held: dict[str, str], limit: int = 20_000
-) -> Iterator[WalkedFile]:
-    """A walk with ends, where every folder whose digest the receiver holds at the same
-    path comes as one entry (``kept``) instead of its contents; ends are dropped.
-
-    Entries are held back only while a folder that might be kept is open, and never
-    more than ``limit`` of them (past that they go, and the folders open then do not
-    collapse: their subfolders still may)."""
-    buf: list[WalkedFile] = []
-    open_: list[int] = []  # per open folder: its index in buf if it may be kept, else -1
-    candidates = 0
-    for f in items:
-        if f.kind == "e":
-            at = open_.pop()
-            if at < 0:
-                continue
-            candidates -= 1
-            if f.sha256 and held.get(f.rel) == f.sha256:
-                d = buf[at]
-                del buf[at:]
-                buf.append(WalkedFile(d.rel, "d", d.mode, kept=f.sha256))
-            if not candidates:
-                yield from buf
-                buf.clear()
-            continue
-        if f.kind == "d":
-            if f.rel in held:
-                candidates += 1
-                open_.append(len(buf))
-                buf.append(f)
-                continue
-            open_.append(-1)
-        if candidates:
-            buf.append(f)
-            if len(buf) > limit:
-                yield from buf
-                buf.clear()
-                open_ = [-1] * len(open_)
-                candidates = 0
-        else:
-            yield f
-    yield from buf
 
 
 def _listing(path: Path | str) -> list[os.DirEntry[str]]:

@@ -28,7 +28,8 @@ from transport_helpers import (
 from lnk.agents.layout import Machine
 from lnk.errors import Refused, StreamError
 from lnk.move.moved import leave
-from lnk.payload.walk import HashCache, folder_digest
+from lnk.payload.folders import folder_digest
+from lnk.payload.hashcache import HashCache
 
 OLD = 1_600_000_000_000_000_000
 

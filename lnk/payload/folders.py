@@ -1,0 +1,115 @@
+"""Folders held whole: each folder's digest, and a walk where a folder the receiver
+holds with the same digest at the same path comes as one entry.
+
+The digest (docs/stream-format.md, 7.3.4) is computed by the walk itself
+(``walk_agent(..., ends=True)``); here are its uses: one folder's digest as it is
+now (a receiver's check at use), every folder's (a receiver's walk of its base),
+and the sender's collapse.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from lnk.payload.hashcache import HashCache
+from lnk.payload.walk import WalkedFile, WalkStats, walk_agent, walk_dir
+
+
+def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
+    """The digest of the folder ``root/rel`` as it is now ("" if it has none, or is not
+    a folder: a link is never followed), and how many files it holds."""
+    top = root / rel
+    try:
+        if not stat.S_ISDIR(os.lstat(top).st_mode):
+            return "", 0
+    except OSError:
+        return "", 0
+    stats = WalkStats()
+    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
+    digest = ""
+    try:
+        for f in walk_dir(top, rel, cache, stats, {}, snap_dir, True, True, True, True):
+            if f.kind == "e" and f.rel == rel:
+                digest = f.sha256
+    finally:
+        for snap in stats.snapshots:
+            snap.unlink(missing_ok=True)
+        os.rmdir(snap_dir)
+    return digest, stats.files
+
+
+def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
+    """Every folder's digest under the agent's file roots at ``root`` (folders without
+    one are left out), and how many files each holds at any depth."""
+    digests: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    stack: list[int] = []
+    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
+    stats = WalkStats()
+    try:
+        for f in walk_agent(root, cache, stats, snap_dir, links=True, ends=True):
+            if f.kind == "d":
+                stack.append(0)
+            elif f.kind == "f" and stack:
+                stack[-1] += 1
+            elif f.kind == "e":
+                n = stack.pop()
+                if stack:
+                    stack[-1] += n
+                counts[f.rel] = n
+                if f.sha256:
+                    digests[f.rel] = f.sha256
+    finally:
+        for snap in stats.snapshots:
+            snap.unlink(missing_ok=True)
+        os.rmdir(snap_dir)
+    return digests, counts
+
+
+def collapse(
+    items: Iterator[WalkedFile], held: dict[str, str], limit: int = 20_000
+) -> Iterator[WalkedFile]:
+    """A walk with ends, where every folder whose digest the receiver holds at the same
+    path comes as one entry (``kept``) instead of its contents; ends are dropped.
+
+    Entries are held back only while a folder that might be kept is open, and never
+    more than ``limit`` of them (past that they go, and the folders open then do not
+    collapse: their subfolders still may)."""
+    buf: list[WalkedFile] = []
+    open_: list[int] = []  # per open folder: its index in buf if it may be kept, else -1
+    candidates = 0
+    for f in items:
+        if f.kind == "e":
+            at = open_.pop()
+            if at < 0:
+                continue
+            candidates -= 1
+            if f.sha256 and held.get(f.rel) == f.sha256:
+                d = buf[at]
+                del buf[at:]
+                buf.append(WalkedFile(d.rel, "d", d.mode, kept=f.sha256))
+            if not candidates:
+                yield from buf
+                buf.clear()
+            continue
+        if f.kind == "d":
+            if f.rel in held:
+                candidates += 1
+                open_.append(len(buf))
+                buf.append(f)
+                continue
+            open_.append(-1)
+        if candidates:
+            buf.append(f)
+            if len(buf) > limit:
+                yield from buf
+                buf.clear()
+                open_ = [-1] * len(open_)
+                candidates = 0
+        else:
+            yield f
+    yield from buf

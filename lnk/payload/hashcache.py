@@ -1,0 +1,114 @@
+"""The SHA-256 cache of an agent's files: path -> SHA-256, valid while the file's
+stat (size, mtime, ctime, inode) stays the same.
+
+It lives in the agent's runtime folder (``hashes.sqlite``), and beside the folders
+an agent left when it moved away (``.lnk-hashes.sqlite``), so a send, a prepare
+or a receive's check reads only what changed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
+
+
+class HashCache(CacheDB):
+    """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same.
+
+    Rows are keyed by (folder, name) and read a folder at a time (one query per
+    folder, not per file); writes go in batches of a few thousand."""
+
+    DIRS_KEPT = 64  # folders whose rows are held (a walk goes in and out of a few)
+
+    def __init__(self, path: Path | None, readonly: bool = False) -> None:
+        super().__init__(
+            path,
+            (
+                "DROP TABLE IF EXISTS h",  # the one-row-per-path cache before folders
+                "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
+                "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID",
+            ),
+            readonly,
+        )
+        self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
+        self._rows: list[tuple[str, str, int, int, int, int, str]] = []
+
+    def _folder(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
+        rows = self._dirs.get(d)
+        if rows is None:
+            if len(self._dirs) >= self.DIRS_KEPT:
+                self._dirs.clear()
+            rows = {}
+            if self.db is not None:
+                self._flush_rows()
+                try:
+                    found = self.db.execute(
+                        "SELECT name, size, mtime, ctime, ino, sha FROM h2 WHERE dir=?", (d,)
+                    ).fetchall()
+                except sqlite3.OperationalError:  # read-only, and no table yet
+                    found = []
+                for name, size, mtime, ctime, ino, sha in found:
+                    rows[name] = (size, mtime, ctime, ino, sha)
+            self._dirs[d] = rows
+        return rows
+
+    def remembered(self, rel: str) -> str | None:
+        """The SHA-256 remembered for ``rel``, whatever its stat is now."""
+        d, _, name = rel.rpartition("/")
+        row = self._folder(d).get(name)
+        return row[4] if row else None
+
+    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+        d, _, name = rel.rpartition("/")
+        rows = self._dirs.get(d)
+        row = (self._folder(d) if rows is None else rows).get(name)
+        if row and row[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+            return row[4]
+        return None
+
+    def store(self, rel: str, st: os.stat_result, sha: str) -> None:
+        if self.db is None or self.readonly:
+            return
+        d, _, name = rel.rpartition("/")
+        row = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha)
+        held = self._dirs.get(d)
+        if held is not None:
+            held[name] = row
+        self._rows.append((d, name, *row))
+        if len(self._rows) >= COMMIT_EVERY:
+            self._flush_rows()
+
+    def adopt(self, other: Path, top: str) -> None:
+        """Take ``other``'s rows for the folder ``top`` and everything below it (a folder
+        that moved here whole keeps its files' stat, so their SHA-256s stay good)."""
+        if self.db is None or not other.is_file():
+            return
+        self._flush_rows()
+        self._dirs.clear()
+        src = sqlite3.connect(f"file:{other}?mode=ro", uri=True)
+        try:
+            rows = src.execute(
+                "SELECT dir, name, size, mtime, ctime, ino, sha FROM h2 "
+                "WHERE dir=? OR substr(dir, 1, ?)=?",
+                (top, len(top) + 1, top + "/"),
+            )
+            while batch := rows.fetchmany(COMMIT_EVERY):
+                self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", batch)
+        except sqlite3.Error:
+            pass  # a cache: losing it costs time only
+        finally:
+            src.close()
+
+    def _flush_rows(self) -> None:
+        if self._rows and self.db is not None and not self.readonly:
+            self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
+            self._rows = []
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN")
+
+    def close(self) -> None:
+        self._flush_rows()
+        super().close()
