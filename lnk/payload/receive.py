@@ -232,6 +232,9 @@ def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
     if chats.exists():
         chats.rename(r.bulk / "agent" / "chats")
     r.set_info(bulk_stream=stream_id)
+    # what the bulk staged reaches the disk now, while the agent still answers: the
+    # final's one sync before its journal then waits only for what the final wrote
+    commit.sync_staged(r)
 
 
 def _commit(

@@ -100,7 +100,7 @@ def test_spec_reader_reads_the_agent_payload() -> None:
     assert json.loads(recs[0][1])["manifest"] == "lnk-move-4.json"
     entries = json.loads(recs[1][1])
     data = recs[2][1]
-    files = links = 0
+    files = links = held = 0
     for e in entries:
         if e["t"] == "l":  # section 7.3: a link carries only p, t and l
             assert set(e) == {"p", "t", "l"} and isinstance(e["l"], str) and e["l"]
@@ -110,8 +110,13 @@ def test_spec_reader_reads_the_agent_payload() -> None:
             if e["d"]:
                 got, data = data[: e["s"]], data[e["s"] :]
                 assert hashlib.sha256(got).hexdigest() == e["h"]
+        elif "k" in e:  # section 7.3.4: a folder held whole, its digest and nothing below
+            assert e["t"] == "d" and set(e) == {"p", "t", "m", "k"}
+            assert len(e["k"]) == 64 and int(e["k"], 16) >= 0
+            held += 1
+            assert not any(x["p"].startswith(e["p"] + "/") for x in entries)
         else:
             assert e["t"] == "d" and set(e) == {"p", "t", "m"}
-    assert data == b"" and links == 2
+    assert data == b"" and links == 2 and held == 1
     summary = json.loads(recs[3][1])
     assert summary["entries"] == len(entries) and summary["files"] == files

@@ -147,6 +147,13 @@ def agent_payload() -> Records:
             "d": False,
             "mt": 0,
         },
+        # a folder the receiver holds whole (7.3.4): one entry, nothing below it
+        {
+            "p": "Home/vendor",
+            "t": "d",
+            "m": 0o755,
+            "k": "7227ec25e2a01c3bc2ddc5d30a505fbd67c06a972ebc948fe33d03e6a2cf5c84",
+        },
         {"p": "Home/python", "t": "l", "l": "/usr/bin/python3"},
         {"p": "Home/src/latest", "t": "l", "l": "main.py"},
     ]
@@ -159,7 +166,13 @@ def agent_payload() -> Records:
         "phase": "full",
         "base_stream": None,
     }
-    summary = {"entries": 6, "files": 2, "data_bytes": len(body), "collections": 0, "records": 0}
+    summary = {
+        "entries": len(entries),
+        "files": 2,
+        "data_bytes": len(body),
+        "collections": 0,
+        "records": 0,
+    }
     return [(0x01, j(head)), (0x02, j(entries)), (0x03, body), (0x05, j(summary))]
 
 
@@ -197,7 +210,11 @@ def cases() -> list[tuple[str, str, bytes, ReceiverKey, Records | None, str]]:
         workers=1,
     )
 
-    ok("success-agent-payload", agent_payload(), "an agent's payload (section 7): a link entry")
+    ok(
+        "success-agent-payload",
+        agent_payload(),
+        "an agent's payload (section 7): a link entry, a folder held whole",
+    )
 
     base_recs: Records = [
         (0x01, b"record zero " * 4),
