@@ -221,7 +221,18 @@ rgw_frontends = beast endpoint=127.0.0.1:{self.port}
             _run(["ceph-mon", *c, "--mkfs", "-i", "a", "--monmap", monmap])
             _run(["ceph-mon", *c, "-i", "a"])
             osd_uuid = str(uuid.uuid4())
-            _run(["ceph", *c, "osd", "create", osd_uuid])
+            # a mon that has just started may refuse commands for a moment ('EPERM:
+            # problem getting command descriptions'); creating an OSD by its uuid is
+            # idempotent, so retry within a bounded deadline
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    _run(["ceph", *c, "osd", "create", osd_uuid])
+                    break
+                except RuntimeError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
             _run(["ceph-osd", *c, "-i", "0", "--mkfs", "--osd-uuid", osd_uuid])
             # the mon may not have committed the new OSD's uuid yet ('wrong fsid'):
             # retry within a bounded deadline

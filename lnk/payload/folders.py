@@ -19,9 +19,15 @@ from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkedFile, WalkStats, walk_agent, walk_dir
 
 
-def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
+def folder_digest(
+    root: Path, rel: str, cache: HashCache, *, hash_files: bool = False
+) -> tuple[str, int]:
     """The digest of the folder ``root/rel`` as it is now ("" if it has none, or is not
-    a folder: a link is never followed), and how many files it holds."""
+    a folder: a link is never followed), and how many files it holds.
+
+    A receiver's check reads nothing (``hash_files=False``): a file whose stat the
+    hash cache no longer vouches for has changed since prepare, and the folder then
+    has no digest."""
     top = root / rel
     try:
         if not stat.S_ISDIR(os.lstat(top).st_mode):
@@ -32,7 +38,7 @@ def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
     snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
     digest = ""
     try:
-        for f in walk_dir(top, rel, cache, stats, {}, snap_dir, True, True, True, True):
+        for f in walk_dir(top, rel, cache, stats, {}, snap_dir, hash_files, True, False, True):
             if f.kind == "e" and f.rel == rel:
                 digest = f.sha256
     finally:
@@ -44,14 +50,17 @@ def folder_digest(root: Path, rel: str, cache: HashCache) -> tuple[str, int]:
 
 def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
     """Every folder's digest under the agent's file roots at ``root`` (folders without
-    one are left out), and how many files each holds at any depth."""
+    one are left out), and how many files each holds at any depth; as a receiver's
+    check, it reads no file (see ``folder_digest``)."""
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
     stack: list[int] = []
     snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
     stats = WalkStats()
     try:
-        for f in walk_agent(root, cache, stats, snap_dir, links=True, ends=True):
+        for f in walk_agent(
+            root, cache, stats, snap_dir, hash_files=False, links=True, sqlite=False, ends=True
+        ):
             if f.kind == "d":
                 stack.append(0)
             elif f.kind == "f" and stack:

@@ -175,11 +175,11 @@ def test_a_folder_digest_follows_the_spec(tmp_path: Path) -> None:
     (root / "Home" / "sub").mkdir(mode=0o755)
     os.chmod(root / "Home" / "sub", 0o755)
     os.symlink("a.txt", root / "Home" / "sub" / "l")
-    digest, n = folder_digest(root, "Home/sub", HashCache(None))
+    digest, n = folder_digest(root, "Home/sub", HashCache(None), hash_files=True)
     want_sub = _h(b"lnk-dir-1\nl\x00l\x00a.txt\n")
     assert digest == want_sub and n == 0
     os.chmod(root / "Home", 0o755)
-    digest, n = folder_digest(root, "Home", HashCache(None))
+    digest, n = folder_digest(root, "Home", HashCache(None), hash_files=True)
     sha_a = _h(b"hello\n")
     lines = (
         f"lnk-dir-1\nf\x00a.txt\x00644\x006\x001700000000000000000\x00{sha_a}\n"
