@@ -309,13 +309,32 @@ def _adopt_hashes(r: Any, stage: Stage, cache_path: Path, agent_root: Path) -> N
         tops = [
             row[0] for row in stage.db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")
         ]
-        if tops:
+        if tops and not cache_path.exists():
+            # the agent does not live here: its cache starts as the kept folder's, whole
+            # (rows of what did not come back are checked by stat, so they never mislead)
+            _copy_cache(Path(other), cache_path)
+        elif tops:
             cache = HashCache(cache_path)
             try:
                 for top in tops:
                     cache.adopt(Path(other), top)
             finally:
                 cache.close()
+
+
+def _copy_cache(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    a = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    try:
+        b = sqlite3.connect(dst)
+        try:
+            a.backup(b)
+            b.execute("DROP TABLE IF EXISTS left")  # the kept folder's own stat notes
+            b.commit()
+        finally:
+            b.close()
+    finally:
+        a.close()
 
 
 def _kept_base(r: Any, agent_root: Path) -> str | None:
