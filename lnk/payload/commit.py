@@ -25,6 +25,7 @@ from typing import Any
 
 from lnk.agents.layout import AGENT_COLLECTION_DIRS, Machine
 from lnk.errors import Refused
+from lnk.payload import manifest as M
 from lnk.payload import safefs
 from lnk.payload.receivers import Receiver
 from lnk.payload.safefs import Conflict, dest_kind
@@ -141,7 +142,7 @@ def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
 
 
 def _take(
-    r: Receiver, path: str, sha: str, target: str, discard: list[Path], whole: list[str]
+    r: Receiver, path: str, sha: str, target: str, discard: list[Path], whole: set[str]
 ) -> None:
     """Put the content ``sha`` for the entry ``path`` at ``target``, from where the receiver
     holds it: opened without following any link (a folder of the base swapped for a link
@@ -156,10 +157,9 @@ def _take(
         raise Conflict(f"the content of {path} vanished from staging")
     root, rel = where
     own = root == r.objects  # verified as it arrived, in the receiver's private folder
-    src = str(root / rel)
     # never a hard link into a folder kept whole: its files stay the agent's own
-    link = any((root / rel).is_relative_to(d) for d in discard) and not any(
-        src.startswith(w + "/") for w in whole
+    link = any((root / rel).is_relative_to(d) for d in discard) and not M.under(
+        str(root / rel), whole
     )
     try:
         safefs.take(root, rel, target, sha, link=link, verify=not own)
@@ -249,13 +249,16 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
     for sub in ("", "Home", "Config"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     new_agent, old_agent = work / "agent", work / "agent-old"
+    not_taken: list[str] = []
     if new_agent.exists():
-        adopt_whole(plan.get("adopt") or [])
+        not_taken = adopt_whole(plan.get("adopt") or [])
         if (root / "Agent").exists() and not old_agent.exists():
             os.rename(root / "Agent", old_agent)
         if not (root / "Agent").exists():
             os.rename(new_agent, root / "Agent")
-    skipped = _merge_home(work / "home", root / "Home")
+    # what could not be reached without following a link is reported, Home-relative
+    skipped = [p[5:] if p.startswith("Home/") else p for p in not_taken]
+    skipped += _merge_home(work / "home", root / "Home")
     if (work / "sandbox.toml").exists():
         os.replace(work / "sandbox.toml", root / "Config" / "sandbox.toml")
     if (work / "settings.toml").exists():

@@ -2,80 +2,45 @@
 holds with the same digest at the same path comes as one entry.
 
 The digest (docs/stream-format.md, 7.3.4) is computed by the walk itself
-(``walk_agent(..., ends=True)``); here are its uses: one folder's digest as it is
-now (a receiver's check at use), every folder's (a receiver's walk of its base),
-and the sender's collapse.
+(``walk_agent(..., ends=True)``); here are its uses: every folder's digest as it is
+now (a receiver's check at use) and the sender's collapse.
 """
 
 from __future__ import annotations
 
-import os
-import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import WalkedFile, WalkStats, walk_agent, walk_dir
+from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
 
 
-def folder_digest(
-    root: Path, rel: str, cache: HashCache, *, hash_files: bool = False
-) -> tuple[str, int]:
-    """The digest of the folder ``root/rel`` as it is now ("" if it has none, or is not
-    a folder: a link is never followed), and how many files it holds.
-
-    A receiver's check reads nothing (``hash_files=False``): a file whose stat the
-    hash cache no longer vouches for has changed since prepare, and the folder then
-    has no digest."""
-    top = root / rel
-    try:
-        if not stat.S_ISDIR(os.lstat(top).st_mode):
-            return "", 0
-    except OSError:
-        return "", 0
-    stats = WalkStats()
-    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
-    digest = ""
-    try:
-        for f in walk_dir(top, rel, cache, stats, {}, snap_dir, hash_files, True, False, True):
-            if f.kind == "e" and f.rel == rel:
-                digest = f.sha256
-    finally:
-        for snap in stats.snapshots:
-            snap.unlink(missing_ok=True)
-        os.rmdir(snap_dir)
-    return digest, stats.files
-
-
-def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
+def tree_digests(
+    root: Path, cache: HashCache, *, hash_files: bool = False
+) -> tuple[dict[str, str], dict[str, int]]:
     """Every folder's digest under the agent's file roots at ``root`` (folders without
-    one are left out), and how many files each holds at any depth; as a receiver's
-    check, it reads no file (see ``folder_digest``)."""
+    one are left out), and how many files each holds at any depth.
+
+    A receiver's check reads nothing (``hash_files=False``), SQLite databases
+    included: a file whose stat the hash cache no longer vouches for has changed
+    since prepare, and its folders then have no digest."""
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
     stack: list[int] = []
-    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-digest-"))
-    stats = WalkStats()
-    try:
-        for f in walk_agent(
-            root, cache, stats, snap_dir, hash_files=False, links=True, sqlite=False, ends=True
-        ):
-            if f.kind == "d":
-                stack.append(0)
-            elif f.kind == "f" and stack:
-                stack[-1] += 1
-            elif f.kind == "e":
-                n = stack.pop()
-                if stack:
-                    stack[-1] += n
-                counts[f.rel] = n
-                if f.sha256:
-                    digests[f.rel] = f.sha256
-    finally:
-        for snap in stats.snapshots:
-            snap.unlink(missing_ok=True)
-        os.rmdir(snap_dir)
+    for f in walk_agent(
+        root, cache, WalkStats(), None, hash_files=hash_files, links=True, sqlite=False, ends=True
+    ):
+        if f.kind == "d":
+            stack.append(0)
+        elif f.kind == "f" and stack:
+            stack[-1] += 1
+        elif f.kind == "e":
+            n = stack.pop()
+            if stack:
+                stack[-1] += n
+            counts[f.rel] = n
+            if f.sha256:
+                digests[f.rel] = f.sha256
     return digests, counts
 
 

@@ -81,29 +81,8 @@ class HashCache(CacheDB):
         if len(self._rows) >= COMMIT_EVERY:
             self._flush_rows()
 
-    def adopt(self, other: Path, top: str) -> None:
-        """Take ``other``'s rows for the folder ``top`` and everything below it (a folder
-        that moved here whole keeps its files' stat, so their SHA-256s stay good)."""
-        if self.db is None or not other.is_file():
-            return
-        self._flush_rows()
-        self._dirs.clear()
-        src = sqlite3.connect(f"file:{other}?mode=ro", uri=True)
-        try:
-            rows = src.execute(
-                "SELECT dir, name, size, mtime, ctime, ino, sha FROM h2 "
-                "WHERE dir=? OR substr(dir, 1, ?)=?",
-                (top, len(top) + 1, top + "/"),
-            )
-            while batch := rows.fetchmany(COMMIT_EVERY):
-                self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", batch)
-        except sqlite3.Error:
-            pass  # a cache: losing it costs time only
-        finally:
-            src.close()
-
     def _flush_rows(self) -> None:
-        if self._rows and self.db is not None and not self.readonly:
+        if self._rows and self.db is not None:
             self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
             self._rows = []
             self.db.execute("COMMIT")

@@ -8,6 +8,7 @@ so a million digests cost 32 MB, not a Python set's 150.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +20,7 @@ DIGEST = 32
 MAGIC = b"LNKINV1\n"
 MAGIC2 = b"LNKINV2\n"  # then u32 length, a JSON object {"logs": {...}, "dirs": {...}}, digests
 MAX_LOGS_JSON = 64 << 20
+_DIGEST_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Inventory:
@@ -112,7 +114,7 @@ class Inventory:
                 hint="make one with lnk agent state-receive --inventory --receiver R",
             )
         for k, v in dirs.items():
-            if not isinstance(v, str) or len(v) != 64 or not isinstance(k, str):
+            if not isinstance(k, str) or not isinstance(v, str) or not _DIGEST_HEX.match(v):
                 raise InvalidInput(
                     "the inventory's folder digests are damaged", hint="make a new one"
                 )

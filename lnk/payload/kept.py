@@ -23,11 +23,13 @@ import shutil
 import sqlite3
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lnk.payload.hashcache import HashCache
-from lnk.payload.manifest import FILE_ROOTS
+from lnk.payload.manifest import under
+from lnk.payload.walk import WalkStats, walk_agent
 
 CONFLICT = ".moved-conflict-"
 
@@ -48,27 +50,13 @@ def record_left(kept: Path, cache_path: Path) -> None:
             "ino INT) WITHOUT ROWID"
         )
         rows: list[tuple[str, int, int, int, int]] = []
-        for root in FILE_ROOTS:
-            stack = [root]
-            while stack:
-                rel = stack.pop()
-                try:
-                    it = os.scandir(kept / rel)
-                except OSError:
-                    continue
-                with it:
-                    for e in it:
-                        sub = f"{rel}/{e.name}"
-                        try:
-                            st = e.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if stat.S_ISDIR(st.st_mode):
-                            stack.append(sub)
-                        elif stat.S_ISREG(st.st_mode):
-                            rows.append(
-                                (sub, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                            )
+        # the files a move back's prepare will look at: those of the same walk
+        for f in walk_agent(
+            kept, HashCache(None), WalkStats(), None, hash_files=False, sqlite=False
+        ):
+            if f.kind == "f" and f.st is not None:
+                st = f.st
+                rows.append((f.rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
                 if len(rows) >= 5000:
                     con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
                     rows.clear()
@@ -117,12 +105,6 @@ def record_changes(con: sqlite3.Connection, changed: dict[str, str | None]) -> N
     con.executemany("INSERT OR REPLACE INTO changed VALUES (?,?)", changed.items())
 
 
-def _staged(work: Path, rel: str) -> Path:
-    if rel == "Home" or rel.startswith("Home/"):
-        return work / "home" / rel[5:]
-    return work / "agent" / rel[len("Agent/") :]
-
-
 def _free_name(p: Path, stamp: str) -> Path:
     cand = p.with_name(f"{p.name}{CONFLICT}{stamp}")
     n = 2
@@ -133,9 +115,15 @@ def _free_name(p: Path, stamp: str) -> Path:
 
 
 def merge(
-    local: sqlite3.Connection | None, stage_db: sqlite3.Connection, base: Path, work: Path
+    local: sqlite3.Connection | None,
+    stage_db: sqlite3.Connection,
+    base: Path,
+    staged: Callable[[str], str],
+    held: set[str],
 ) -> tuple[list[str], list[dict[str, str]], bool]:
-    """Stage what a person added or changed in the kept folder ``base``.
+    """Stage what a person added or changed in the kept folder ``base`` (``staged``:
+    where a path of the stream is staged; ``held``: the folders the stream says are
+    held here whole, which the agent has exactly as they are here).
 
     Returns the paths kept, the conflicts ({"path", "kept_as"}), and whether every
     one found its place (if not, the kept folder is not deleted)."""
@@ -149,9 +137,8 @@ def merge(
     except sqlite3.OperationalError:  # prepared without a kept folder
         return kept, conflicts, placed
     stamp = time.strftime("%Y%m%d")
-    whole = {str(r[0]) for r in stage_db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")}
     for rel, orig in rows:
-        if _under(rel, whole):
+        if under(rel, held):
             continue  # in a folder the agent has exactly as it is here
         src = base / rel
         try:
@@ -163,7 +150,7 @@ def merge(
         cur = local.execute("SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
         cur_sha = str(cur[0]) if cur else None
         row = stage_db.execute("SELECT kind, sha FROM e WHERE path=?", (rel,)).fetchone()
-        target = _staged(work, rel)
+        target = Path(staged(rel))
         if row is not None and row[0] == "f" and row[1] == cur_sha:
             continue  # the agent has it as it is here
         try:
@@ -180,14 +167,6 @@ def merge(
         except OSError:
             placed = False  # no place for it: the kept folder stays where it is
     return kept, conflicts, placed
-
-
-def _under(rel: str, folders: set[str]) -> bool:
-    while "/" in rel:
-        rel = rel.rpartition("/")[0]
-        if rel in folders:
-            return True
-    return False
 
 
 def _place(src: Path, dest: Path) -> None:

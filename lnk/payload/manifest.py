@@ -67,6 +67,16 @@ def read_only(path: str) -> bool:
     return any(path == r or path.startswith(r + "/") for r in READ_ONLY_ROOTS)
 
 
+def under(path: str, folders: set[str]) -> bool:
+    """Whether ``path`` is strictly inside one of ``folders`` (one look per folder above
+    it, whatever the number of folders)."""
+    while "/" in path:
+        path = path.rpartition("/")[0]
+        if path in folders:
+            return True
+    return False
+
+
 CONTROL_RE = re.compile("[\x00-\x1f\x7f]")
 
 

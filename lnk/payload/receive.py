@@ -250,7 +250,11 @@ def _commit(
     kept_base = _kept_base(r, agent_root)
     if kept_base is not None:  # a move back: what a person did in the kept folder stays
         report.kept_from_moved, report.conflicts, whole = kept.merge(
-            r._local(), stage.db, Path(kept_base), stage.work
+            r._local(),
+            stage.db,
+            Path(kept_base),
+            stage.staged,
+            {p for p, _ in stage.held_folders()},
         )
         if not whole:
             kept_base = None
@@ -284,7 +288,7 @@ def _commit(
             hint="nothing was applied; free space and try again",
         ) from e
     stage.close()
-    _adopt_hashes(r, stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root)
+    _adopt_hashes(r, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root)
     report.skipped = commit.apply(
         r,
         before_cleanup=lambda skipped: _remember_hashes(
@@ -296,30 +300,15 @@ def _commit(
     return report
 
 
-def _adopt_hashes(r: Any, stage: Stage, cache_path: Path, agent_root: Path) -> None:
-    """Folders held whole in the folders the agent left here move into it: their
-    files' SHA-256s come from that folder's cache (the next send hashes nothing)."""
+def _adopt_hashes(r: Any, cache_path: Path, agent_root: Path) -> None:
+    """A move back to the folders the agent left here: the agent does not live here,
+    so its hash cache starts as theirs, whole (what came back with them keeps its stat,
+    and a row of anything else is checked by stat, so it never misleads)."""
     info = r.info()
     base, other = info.get("base_root"), info.get("base_cache")
-    if not base or not other or Path(base) == agent_root:
-        return
-    from lnk.payload.hashcache import HashCache
-
-    with contextlib.suppress(Exception):  # a cache: losing it costs time only
-        tops = [
-            row[0] for row in stage.db.execute("SELECT path FROM e WHERE kind='d' AND sha != ''")
-        ]
-        if tops and not cache_path.exists():
-            # the agent does not live here: its cache starts as the kept folder's, whole
-            # (rows of what did not come back are checked by stat, so they never mislead)
+    if base and other and Path(base) != agent_root:
+        with contextlib.suppress(Exception):  # a cache: losing it costs time only
             _copy_cache(Path(other), cache_path)
-        elif tops:
-            cache = HashCache(cache_path)
-            try:
-                for top in tops:
-                    cache.adopt(Path(other), top)
-            finally:
-                cache.close()
 
 
 def _copy_cache(src: Path, dst: Path) -> None:

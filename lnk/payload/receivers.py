@@ -10,6 +10,7 @@ bulk/           what a verified bulk phase left for its final phase
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -39,7 +40,6 @@ class Receiver:
     machine: Machine
     rid: str
     _con: sqlite3.Connection | None = field(default=None, repr=False, compare=False)
-    _objects_s: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def dir(self) -> Path:
@@ -53,10 +53,10 @@ class Receiver:
     def bulk(self) -> Path:
         return self.dir / "bulk"
 
-    def _objects(self) -> str:
-        if self._objects_s is None:
-            self._objects_s = str(self.objects)
-        return self._objects_s
+    @functools.cached_property
+    def objects_s(self) -> str:
+        """``objects`` as a string, made once (a receive looks there once a file)."""
+        return str(self.objects)
 
     def key(self) -> ReceiverKey:
         try:
@@ -93,7 +93,7 @@ class Receiver:
         """Where content with this SHA-256 is held, as (a folder, a path below it): the
         receiver's own objects, a snapshot it took, or a file of the base as indexed at
         prepare.  The caller opens it with ``safefs`` (no link followed) and hashes it."""
-        if os.path.isfile(f"{self._objects()}/{sha}"):
+        if os.path.isfile(f"{self.objects_s}/{sha}"):
             return self.objects, sha
         con = self._local()
         if con is None:

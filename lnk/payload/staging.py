@@ -73,7 +73,6 @@ class Stage(CollectionStaging):
         # (its folders made as their entries arrive); a bulk keeps content only
         self.direct = False
         self.cur_target: str | None = None
-        self.objects = str(receiver.objects)
         self.home_s, self.agent_s = str(self.work / "home"), str(self.work / "agent")
         self.cur: Any = None  # open file for the pending entry's bytes
         self.cur_hash: Any = None
@@ -259,6 +258,22 @@ class Stage(CollectionStaging):
         self.base_pool = ThreadPoolExecutor(1, "lnk-base")
         self.base_now = self.base_pool.submit(_digests_now, Path(base), Path(cache))
 
+    def base_walked(self) -> tuple[dict[str, str], dict[str, int]] | None:
+        """What the walk of the base beside the stream found (None if it did not run
+        or failed)."""
+        if self.base_now is None:
+            return None
+        try:
+            return self.base_now.result()
+        except Exception:  # the caller walks again
+            return None
+
+    def held_folders(self) -> list[tuple[str, str]]:
+        """The folders this stream says the receiver holds whole: (path, digest)."""
+        return self.db.execute(
+            "SELECT path, sha FROM e WHERE kind='d' AND sha != '' ORDER BY i"
+        ).fetchall()
+
     def staged(self, path: str) -> str:
         """Where an entry of the stream is staged: work/home/… or work/agent/…."""
         if path == "Home":
@@ -336,7 +351,7 @@ class Stage(CollectionStaging):
             self.cur = None
             # the content is held in this receiver too: a later entry of it finds it there
             with contextlib.suppress(FileExistsError):
-                os.link(self.cur_target, f"{self.objects}/{e.sha256}")
+                os.link(self.cur_target, f"{self.r.objects_s}/{e.sha256}")
             return
         self.cur.close()
         self.cur = None

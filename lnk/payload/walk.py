@@ -63,19 +63,16 @@ DIGEST_TAG = b"lnk-dir-1\n"
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
-def _enc(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
-
-
 class _Frame:
     """A folder being walked: its sorted entries, and the digest of those seen so far."""
 
-    __slots__ = ("entries", "h", "it", "mode", "ok", "rel")
+    __slots__ = ("entries", "h", "it", "mode", "names", "ok", "rel")
 
     def __init__(self, rel: str, mode: int, path: Path | str, digest: bool) -> None:
         self.rel, self.mode = rel, mode
         self.entries = _listing(path)
         self.it = iter(self.entries)
+        self.names: set[str] | None = None  # made the first time a sidecar is seen
         self.h = hashlib.sha256(DIGEST_TAG) if digest else None
         self.ok = digest
 
@@ -83,17 +80,15 @@ class _Frame:
         """One entry of the folder's digest (entries come sorted by name)."""
         if self.ok:
             assert self.h is not None
-            self.h.update(_enc(text))
+            self.h.update(text.encode("utf-8", "surrogateescape"))
 
     def has(self, name: str) -> bool:
-        return any(e.name == name for e in self.entries)
+        if self.names is None:
+            self.names = {e.name for e in self.entries}
+        return name in self.names
 
     def digest(self) -> str:
         return self.h.hexdigest() if self.ok and self.h is not None else ""
-
-
-def dir_line_mode(mode: int) -> str:
-    return format((mode & 0o777) | 0o700, "o")
 
 
 def sha256_file(path: Path | str) -> str:
@@ -168,7 +163,8 @@ def walk_agent(
     ``hash_files=False``: a file the cache does not know gets ``sha256 = ""`` (for a
     caller that reads and hashes every file anyway, such as a backup)."""
     groups: dict[tuple[int, int, bool], int] = {}
-    snap_dir = snapshot_dir or Path(tempfile.mkdtemp(prefix="lnk-snap-"))
+    # a folder for SQLite snapshots only when databases are snapshotted here
+    snap_dir = snapshot_dir or (Path(tempfile.mkdtemp(prefix="lnk-snap-")) if sqlite else None)
     for root in FILE_ROOTS:
         top = agent_root / root
         try:
@@ -188,7 +184,7 @@ def walk_dir(
     cache: HashCache,
     stats: WalkStats,
     groups: dict[tuple[int, int, bool], int],
-    snap_dir: Path,
+    snap_dir: Path | None,
     hash_files: bool = True,
     links: bool = False,
     sqlite: bool = True,
@@ -212,7 +208,8 @@ def walk_dir(
                     up = stack[-1]
                     if digest:
                         name = fr.rel.rpartition("/")[2]
-                        up.line(f"d\0{name}\0{dir_line_mode(fr.mode)}\0{digest}\n")
+                        mode = (fr.mode & 0o777) | 0o700  # as a receiver makes it
+                        up.line(f"d\0{name}\0{mode:o}\0{digest}\n")
                     else:
                         up.ok = False
                 yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest)
@@ -251,7 +248,7 @@ def walk_dir(
         if not sha or f.snapshot or f.group is not None:
             fr.ok = False
         else:
-            mode = (f.mode & 0o777) | 0o600
+            mode = (f.mode & 0o777) | 0o600  # as a receiver writes it
             fr.line(f"f\0{e.name}\0{mode:o}\0{f.size}\0{f.mtime_ns}\0{sha}\n")
         yield f
 
@@ -275,7 +272,7 @@ def _file(
     cache: HashCache,
     stats: WalkStats,
     groups: dict[tuple[int, int, bool], int],
-    snap_dir: Path,
+    snap_dir: Path | None,
     hash_files: bool = True,
     sqlite: bool = True,
 ) -> WalkedFile:
@@ -293,6 +290,7 @@ def _file(
     # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
     sha = cache.lookup(rel, st)
     if sqlite and sha is None and st.st_size >= 16 and is_sqlite(path):
+        assert snap_dir is not None
         snap = sqlite_snapshot(path, snap_dir)
         stats.snapshots.append(snap)
         size = snap.stat().st_size

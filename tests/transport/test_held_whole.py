@@ -28,8 +28,10 @@ from transport_helpers import (
 from lnk.agents.layout import Machine
 from lnk.errors import Refused, StreamError
 from lnk.move.moved import leave
-from lnk.payload.folders import folder_digest
+from lnk.payload import commit
+from lnk.payload.folders import tree_digests
 from lnk.payload.hashcache import HashCache
+from lnk.payload.receivers import Receiver
 
 OLD = 1_600_000_000_000_000_000
 
@@ -107,13 +109,20 @@ def test_a_move_back_renames_the_kept_folders_into_place(src: Machine, dst: Mach
         cache.close()
 
 
-def test_a_held_folder_that_changed_since_prepare_is_refused(src: Machine, dst: Machine) -> None:
+def _resend_prepared(src: Machine, dst: Machine) -> tuple[Receiver, bytes]:
+    """An agent moved to ``dst``, then sent again to a receiver prepared there (its
+    stream not received yet): most of its folders go as held whole."""
     a = make_agent(src)
     _tree(a.folders.home)
     move(a, dst)
     r = prepare(dst, a.id)
     data, srep = send_bytes(a, r, inventory=r.inventory())
     assert srep.kept_folders > 0
+    return r, data
+
+
+def test_a_held_folder_that_changed_since_prepare_is_refused(src: Machine, dst: Machine) -> None:
+    r, data = _resend_prepared(src, dst)
     there = load_agent(dst).folders.home / "d1" / "sub" / "f2.txt"
     write(there, b"changed at the destination after prepare\n", 0o644, OLD)
     with pytest.raises(Refused, match="changed since"):
@@ -122,11 +131,7 @@ def test_a_held_folder_that_changed_since_prepare_is_refused(src: Machine, dst: 
 
 
 def test_a_held_folder_swapped_for_a_link_is_refused(src: Machine, dst: Machine) -> None:
-    a = make_agent(src)
-    _tree(a.folders.home)
-    move(a, dst)
-    r = prepare(dst, a.id)
-    data, _ = send_bytes(a, r, inventory=r.inventory())
+    r, data = _resend_prepared(src, dst)
     home = load_agent(dst).folders.home
     shutil.move(home / "d1", home.parent / "d1-elsewhere")
     os.symlink(home.parent / "d1-elsewhere", home / "d1")
@@ -175,11 +180,13 @@ def test_a_folder_digest_follows_the_spec(tmp_path: Path) -> None:
     (root / "Home" / "sub").mkdir(mode=0o755)
     os.chmod(root / "Home" / "sub", 0o755)
     os.symlink("a.txt", root / "Home" / "sub" / "l")
-    digest, n = folder_digest(root, "Home/sub", HashCache(None), hash_files=True)
+    digests, counts = tree_digests(root, HashCache(None), hash_files=True)
+    digest, n = digests["Home/sub"], counts["Home/sub"]
     want_sub = _h(b"lnk-dir-1\nl\x00l\x00a.txt\n")
     assert digest == want_sub and n == 0
     os.chmod(root / "Home", 0o755)
-    digest, n = folder_digest(root, "Home", HashCache(None), hash_files=True)
+    digests, counts = tree_digests(root, HashCache(None), hash_files=True)
+    digest, n = digests["Home"], counts["Home"]
     sha_a = _h(b"hello\n")
     lines = (
         f"lnk-dir-1\nf\x00a.txt\x00644\x006\x001700000000000000000\x00{sha_a}\n"
@@ -187,3 +194,71 @@ def test_a_folder_digest_follows_the_spec(tmp_path: Path) -> None:
     )
     assert digest == _h(lines.encode()) and n == 1
     assert json.dumps(digest)  # a plain hex string
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_a_kept_folder_swapped_for_a_link_after_the_decision_is_not_followed(
+    src: Machine, dst: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit is decided, then (before the apply renames the held folders into
+    place) the kept Home becomes a link to elsewhere: nothing is taken through it."""
+    a = make_agent(src)
+    _tree(a.folders.home)
+    move(a, dst)
+    kept = Path(leave(src, a, "b")["kept"])
+    b = load_agent(dst)
+    write(b.folders.home / "d3" / "new.txt", b"new at b\n", 0o644, OLD)  # Home is not held
+    r = prepare(src, b.id)
+    data, srep = send_bytes(b, r, inventory=r.inventory())
+    assert srep.kept_folders >= 3
+
+    def crash(_r: object, **_kw: object) -> None:
+        raise _Crash
+
+    monkeypatch.setattr(commit, "apply", crash)
+    with pytest.raises(_Crash):
+        receive_bytes(src, r, data)
+    monkeypatch.undo()
+    elsewhere = tmp_path / "elsewhere"
+    write(elsewhere / "d0" / "evil.txt", b"not the agent's\n")
+    shutil.move(kept / "Home", tmp_path / "home-aside")
+    os.symlink(elsewhere, kept / "Home")
+    assert commit.finish_pending(src) == ["work"]
+    home = load_agent(src).folders.home
+    assert not (home / "d0" / "evil.txt").exists() and not os.path.islink(home / "d0")
+    assert (home / "d3" / "new.txt").read_bytes() == b"new at b\n"
+    assert (elsewhere / "d0" / "evil.txt").read_bytes() == b"not the agent's\n"
+
+
+@pytest.mark.parametrize(
+    "dirs",
+    [
+        ["Home", "ab" * 32],  # not an object
+        {"Home": "AB" * 32},  # not lowercase hex
+        {"Home": "ab" * 31},  # too short
+        {"Home": 7},
+    ],
+)
+def test_an_inventory_with_bad_folder_digests_is_refused(dirs: object) -> None:
+    """The sender reads the inventory the receiving end wrote: damaged folder digests
+    are refused in one clear error, not half believed."""
+    import struct
+
+    from lnk.errors import InvalidInput
+    from lnk.payload.inventory import MAGIC2, Inventory
+
+    meta = json.dumps({"logs": {}, "dirs": dirs}).encode()
+    with pytest.raises(InvalidInput, match="inventory"):
+        Inventory.from_bytes(MAGIC2 + struct.pack(">I", len(meta)) + meta)
+
+
+def test_an_inventory_carries_its_folder_digests() -> None:
+    from lnk.payload.inventory import Inventory
+
+    inv = Inventory.of([b"\x01" * 32])
+    inv.dirs = {"Home/src": "cd" * 32}
+    back = Inventory.from_bytes(inv.to_bytes())
+    assert back.dirs == {"Home/src": "cd" * 32} and b"\x01" * 32 in back
