@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,48 +41,13 @@ sys.path.insert(0, str(HERE_DIR))
 from bench_move import BOX, Bench, med, rsync_peer, wire  # noqa: E402
 from gen_agent import generate  # noqa: E402
 from hosts import running_hosts  # noqa: E402
-from transport_helpers import agent_files  # noqa: E402
+from transport_helpers import files_but_writer_db, start_writer, writer_rows  # noqa: E402
 
 from lnk.agents import registry  # noqa: E402
 from lnk.agents.layout import Machine  # noqa: E402
 from lnk.move import journal  # noqa: E402
 from lnk.move import move as mv  # noqa: E402
 from lnk.move.where import HERE  # noqa: E402
-
-WRITER = r"""
-import os, sqlite3, sys, time
-home, stop = sys.argv[1], sys.argv[2]
-db = sqlite3.connect(os.path.join(home, "state.db"), isolation_level=None)
-db.execute("PRAGMA journal_mode=WAL")
-db.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v TEXT)")
-i = 0
-open(os.path.join(home, "started"), "w").close()
-with open(os.path.join(home, "agent.log"), "ab", buffering=0) as log:
-    while not os.path.exists(stop):
-        i += 1
-        log.write(b"line %d %s\n" % (i, b"x" * 200))      # every 5 ms
-        if i % 10 == 0:                                      # every 50 ms
-            tmp = os.path.join(home, ".status.tmp")
-            with open(tmp, "wb") as f:
-                f.write(b"status %d\n" % i * 50)
-            os.replace(tmp, os.path.join(home, "status.txt"))
-        db.execute("INSERT INTO t (v) VALUES (?)", ("row %d" % i,))
-        time.sleep(0.005)
-db.close()
-"""
-SQLITE = ("Home/state.db", "Home/state.db-wal", "Home/state.db-shm", "Home/started")
-
-
-def _rows(db: Path) -> list[Any]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute("SELECT i, v FROM t ORDER BY i").fetchall()
-    finally:
-        con.close()
-
-
-def _files(root: Path) -> dict[str, Any]:
-    return {k: v for k, v in agent_files(root).items() if k not in SQLITE}
 
 
 def _root(b: Bench, place: str, name: str) -> Path:
@@ -103,10 +66,9 @@ def live_rounds(b: Bench, rounds: int) -> tuple[int, list[str]]:
         home = _root(b, place, name) / "Home"
         stop = b.here.parent / "stop"
         stop.unlink(missing_ok=True)
-        (home / "started").unlink(missing_ok=True)
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(home), str(stop)])
-        while not (home / "started").exists():
-            time.sleep(0.01)
+        # a log line every 5 ms, a file replaced by rename every 50 ms, a database row
+        # every line
+        writer = start_writer(home, stop, 0.005, 10, 1)
         time.sleep(0.2)
         held: dict[str, Any] = {}
         orig = mv.fault
@@ -122,16 +84,16 @@ def live_rounds(b: Bench, rounds: int) -> tuple[int, list[str]]:
             if point == "move:after-bulk":  # the agent pauses: nothing writes any more
                 stop.touch()
                 writer.wait(30)
-                held["files"] = _files(home.parent)
-                held["rows"] = _rows(home / "state.db")
+                held["files"] = files_but_writer_db(home.parent)
+                held["rows"] = writer_rows(home / "state.db")
             orig(point)
 
         mv.fault = hook
         try:
             mv.move(Machine(b.here), name, to, no_start=True)
             there = _root(b, to, name)
-            same = _files(there) == held["files"]
-            rows = _rows(there / "Home" / "state.db") == held["rows"]
+            same = files_but_writer_db(there) == held["files"]
+            rows = writer_rows(there / "Home" / "state.db") == held["rows"]
             if same and rows:
                 ok += 1
             else:

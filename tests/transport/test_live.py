@@ -9,74 +9,27 @@ held at the pause.  No test here times anything.
 from __future__ import annotations
 
 import os
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from transport_helpers import (
-    agent_files,
     collections_of,
+    files_but_writer_db,
     load_agent,
     make_agent,
     prepare,
     receive_bytes,
     send_bytes,
+    start_writer,
     write,
+    writer_rows,
 )
 
 from lnk.agents.layout import Machine
 from lnk.errors import StreamError
 from lnk.payload import reading as R
 from lnk.payload import send as S
-
-WRITER = r"""
-import os, sqlite3, sys, time
-home, stop = sys.argv[1], sys.argv[2]
-db = sqlite3.connect(os.path.join(home, "state.db"), isolation_level=None)
-db.execute("PRAGMA journal_mode=WAL")
-db.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v TEXT)")
-i = 0
-open(os.path.join(home, "started"), "w").close()
-with open(os.path.join(home, "agent.log"), "ab", buffering=0) as log:
-    while not os.path.exists(stop):
-        i += 1
-        log.write(b"line %d %s\n" % (i, b"x" * 200))
-        if i % 10 == 0:
-            tmp = os.path.join(home, ".status.tmp")
-            with open(tmp, "wb") as f:
-                f.write(b"status %d\n" % i * 50)
-            os.replace(tmp, os.path.join(home, "status.txt"))
-        if i % 5 == 0:
-            db.execute("INSERT INTO t (v) VALUES (?)", ("row %d" % i,))
-        time.sleep(0.001)
-db.close()
-"""
-
-SQLITE = {"Home/state.db", "Home/state.db-wal", "Home/state.db-shm"}
-
-
-def _rows(db: Path) -> list[Any]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute("SELECT i, v FROM t ORDER BY i").fetchall()
-    finally:
-        con.close()
-
-
-def _files(root: Path) -> dict[str, Any]:
-    return {k: v for k, v in agent_files(root).items() if k not in SQLITE}
-
-
-def _start_writer(home: Path, stop: Path) -> subprocess.Popen[bytes]:
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(home), str(stop)])
-    while not (home / "started").exists():
-        assert p.poll() is None, "the writer died"
-        time.sleep(0.01)
-    return p
 
 
 @pytest.mark.parametrize("rounds", [3])
@@ -89,7 +42,8 @@ def test_a_running_agent_moves_bulk_then_final(src: Machine, dst: Machine, round
     stop = src.home / "stop"
     for n in range(rounds):
         stop.unlink(missing_ok=True)
-        writer = _start_writer(home, stop)
+        # a log line every ms, a file replaced by rename every 10, a database row every 5
+        writer = start_writer(home, stop, 0.001, 10, 5)
         try:
             r = prepare(dst, a.id if n else None)
             bulk, brep = send_bytes(a, r, phase="bulk")
@@ -108,12 +62,8 @@ def test_a_running_agent_moves_bulk_then_final(src: Machine, dst: Machine, round
         rep = receive_bytes(dst, r, final)
         assert rep.committed
         b = load_agent(dst)
-        want = _files(a.folders.root)
-        want.pop("Home/started", None)
-        got = _files(b.folders.root)
-        got.pop("Home/started", None)
-        assert got == want
-        assert _rows(b.folders.home / "state.db") == _rows(home / "state.db")
+        assert files_but_writer_db(b.folders.root) == files_but_writer_db(a.folders.root)
+        assert writer_rows(b.folders.home / "state.db") == writer_rows(home / "state.db")
         assert collections_of(b) == collections_of(a)
         # the destination's copy goes before the next round (a move back would replace it)
         from lnk.agents import registry

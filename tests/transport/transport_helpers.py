@@ -14,9 +14,11 @@ import hashlib
 import io
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -343,3 +345,60 @@ def cli_ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
     p = cli(*args, **kw)
     assert p.returncode == 0, f"lnk {' '.join(args)} failed ({p.returncode}): {p.stderr.decode()}"
     return p
+
+
+# ---- an agent that writes while it is sent (tests/transport/test_live.py, bench) ------
+WRITER = r"""
+import os, sqlite3, sys, time
+home, stop, pause, rename_every, db_every = sys.argv[1:3] + [float(sys.argv[3])] + [
+    int(x) for x in sys.argv[4:6]
+]
+db = sqlite3.connect(os.path.join(home, "state.db"), isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v TEXT)")
+i = 0
+open(os.path.join(home, "started"), "w").close()
+with open(os.path.join(home, "agent.log"), "ab", buffering=0) as log:
+    while not os.path.exists(stop):
+        i += 1
+        log.write(b"line %d %s\n" % (i, b"x" * 200))
+        if i % rename_every == 0:
+            tmp = os.path.join(home, ".status.tmp")
+            with open(tmp, "wb") as f:
+                f.write(b"status %d\n" % i * 50)
+            os.replace(tmp, os.path.join(home, "status.txt"))
+        if i % db_every == 0:
+            db.execute("INSERT INTO t (v) VALUES (?)", ("row %d" % i,))
+        time.sleep(pause)
+db.close()
+"""
+# the writer's database (compared by its rows) and its start mark
+WRITER_FILES = {"Home/state.db", "Home/state.db-wal", "Home/state.db-shm", "Home/started"}
+
+
+def start_writer(
+    home: Path, stop: Path, pause: float, rename_every: int, db_every: int
+) -> subprocess.Popen[bytes]:
+    """A process that appends a line to ``Home/agent.log`` every ``pause`` seconds,
+    replaces ``status.txt`` by rename every ``rename_every`` lines and writes a row to
+    a SQLite database in WAL mode every ``db_every`` lines, until ``stop`` exists."""
+    (home / "started").unlink(missing_ok=True)
+    argv = [str(home), str(stop), str(pause), str(rename_every), str(db_every)]
+    p = subprocess.Popen([sys.executable, "-c", WRITER, *argv])
+    while not (home / "started").exists():
+        assert p.poll() is None, "the writer died"
+        time.sleep(0.01)
+    return p
+
+
+def writer_rows(db: Path) -> list[Any]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute("SELECT i, v FROM t ORDER BY i").fetchall()
+    finally:
+        con.close()
+
+
+def files_but_writer_db(root: Path) -> dict[str, Any]:
+    """An agent's files, but for the writer's database (compared by rows) and mark."""
+    return {k: v for k, v in agent_files(root).items() if k not in WRITER_FILES}
