@@ -19,7 +19,6 @@ so every check and the atomic apply of a move are reused.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -29,8 +28,8 @@ from typing import IO, Any
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
-from lnk.agents.stores import open_agent_store
 from lnk.backup import agent_keys
+from lnk.backup.agent_files import FilesBackup, add_collections
 from lnk.backup.filecache import ChunkCache
 from lnk.backup.maintenance import PruneReport, RepairReport, check_keep, prune, repair
 from lnk.backup.reader import Entry, SnapshotReader
@@ -38,9 +37,8 @@ from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.backup.writer import SnapshotWriter
 from lnk.errors import BackupError, FormatMismatch, LnkError, NotFound, Refused
 from lnk.payload import manifest as M
-from lnk.payload.agent_records import agent_head, export_lines
+from lnk.payload.agent_records import agent_head
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import WalkStats, walk_agent
 from lnk.transport.buckets import Bucket, open_bucket
 
 LABEL = "lnk-layout"
@@ -76,21 +74,6 @@ class BackupReport:
         d = asdict(self)
         d["pruned"] = self.pruned.forgotten if self.pruned else None
         return d
-
-
-class _Hashing:
-    """A file reader that hashes and counts what it hands out."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self.f = f
-        self.h = hashlib.sha256()
-        self.n = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
-        self.h.update(data)
-        self.n += len(data)
-        return data
 
 
 # ---- opening a repository ---------------------------------------------------------
@@ -233,11 +216,13 @@ def backup_agent(
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
     try:
         with SnapshotWriter(repo) as w:
-            _add_files(w, agent, (cache, chunks), entries, report, snap_dir, layout, progress)
+            files = FilesBackup(w, agent, (cache, chunks), entries, snap_dir, layout, progress)
+            files.run()
+            report.entries, report.files, report.bytes = files.entries, files.files, files.bytes
             entries.seek(0)
             w.add_file(ENTRIES, 0o600, entries)
             if layout == 2:
-                _add_collections(w, agent, report, chunks)
+                report.collections, report.records = add_collections(w, agent, chunks)
             w.add_blob(HEAD, M.dump(head.to_json()))
             w.add_blob(
                 SUMMARY,
@@ -295,124 +280,6 @@ def run_backup(
         raise
     record_result(agent, True, snapshot=rep.snapshot, url=url)
     return rep
-
-
-def _add_files(
-    w: Any,
-    agent: Agent,
-    caches: tuple[HashCache, ChunkCache],
-    entries: IO[bytes],
-    report: BackupReport,
-    snap_dir: str,
-    layout: int,
-    progress: Callable[[int], None] | None,
-) -> None:
-    from pathlib import Path
-
-    cache, chunks = caches
-    groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
-    walk = walk_agent(
-        agent.folders.root, cache, WalkStats(), Path(snap_dir), hash_files=False, links=True
-    )
-    for f in walk:
-        if layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
-            continue
-        report.entries += 1
-        if f.kind == "d":
-            entry = M.FileEntry(f.rel, "d", f.mode)
-        elif f.kind == "l":  # a symbolic link: its target text, never followed
-            entry = M.FileEntry(f.rel, "l", 0o777, target=f.target)
-        else:
-            report.files += 1
-            sha, size, data = EMPTY_SHA, 0, False
-            if f.group is not None and not f.group_first and f.group in groups:
-                sha, size = groups[f.group]
-            elif f.size > 0 or f.group is not None:
-                assert f.source is not None
-                live = not str(f.source).startswith(snap_dir)  # not a SQLite snapshot
-                try:
-                    sha, size = _add_one(w, f.rel, f.mode, f.source, cache, chunks, live)
-                except FileNotFoundError:  # deleted while we walked: back up as empty
-                    report.entries -= 1
-                    report.files -= 1
-                    continue
-                data = size > 0
-                if not data:
-                    sha = EMPTY_SHA
-                if f.group is not None:
-                    groups[f.group] = (sha, size)
-                report.bytes += size
-                if progress:
-                    progress(size)
-            entry = M.FileEntry(f.rel, "f", f.mode, size, sha, f.group, data, f.mtime_ns)
-        entries.write(M.dump(entry.to_json()) + b"\n")
-
-
-def _add_one(
-    w: Any, rel: str, mode: int, source: Any, cache: HashCache, chunks: ChunkCache, live: bool
-) -> tuple[str, int]:
-    """Store one file's bytes as agent/<rel>; its (SHA-256, size) as stored.  A file
-    whose fstat matches what the last backup to this repository read is not read."""
-    path = f"agent/{rel}"
-    if live:  # unchanged since the last backup here: a stat, not an open
-        st = os.stat(source)
-        hit = chunks.file(rel, st)
-        if (
-            hit is not None
-            and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
-            and w.add_known(path, mode, st.st_size, hit[1])
-        ):
-            return hit[0], st.st_size
-    with open(source, "rb") as src:
-        st = os.fstat(src.fileno())
-        hit = chunks.file(rel, st) if live else None
-        if (
-            hit is not None
-            and len(hit[1]) == -(-st.st_size // w.repo.chunk_size)
-            and w.add_known(path, mode, st.st_size, hit[1])
-        ):
-            return hit[0], st.st_size
-        hr = _Hashing(src)
-        ids = w.add_file(path, mode, hr)
-        sha = hr.h.hexdigest()
-        if (
-            live
-            and hr.n == st.st_size
-            and ChunkCache.key(os.fstat(src.fileno())) == ChunkCache.key(st)
-        ):
-            chunks.store_file(rel, st, sha, ids)
-            cache.store(rel, st, sha)
-    return sha, hr.n
-
-
-def _add_collections(w: Any, agent: Agent, report: BackupReport, chunks: ChunkCache) -> None:
-    from lnk.collections.ids import FORMAT_VERSION
-
-    s = agent.settings
-    store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
-    try:
-        for i, cid in enumerate(store.collections()):
-            path = f"collections/{i:06d}.jsonl"
-            key = f"{s.store}\0{cid.kind}\0{cid.name}"
-            mark = f"{FORMAT_VERSION}:{store.watermark(cid)}"  # read before the export
-            hit = chunks.collection(key, mark)
-            if hit is not None and w.add_known(path, 0o600, hit[0], hit[2]):
-                report.records += hit[1]
-                report.collections += 1
-                continue
-            records = 0
-            with tempfile.SpooledTemporaryFile(max_size=SPOOL) as f:
-                for _rec, line in export_lines(store, cid):
-                    f.write(line)
-                    records += 1
-                size = f.tell()
-                f.seek(0)
-                ids = w.add_file(path, 0o600, f)
-            chunks.store_collection(key, mark, size, records, ids)
-            report.records += records
-            report.collections += 1
-    finally:
-        store.close()
 
 
 # ---- listing ----------------------------------------------------------------------

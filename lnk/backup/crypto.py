@@ -66,15 +66,30 @@ def open_with(receiver: keys.ReceiverKey, ciphertext: bytes, info: bytes) -> byt
 
 def encrypt(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
     """AES-256-GCM with a random nonce: ``nonce ‖ ciphertext ‖ tag``."""
+    return encrypt_with(AESGCM(key), plaintext, aad)
+
+
+def aead(key: bytes) -> AESGCM:
+    """An AES-256-GCM context for many :func:`encrypt_with` calls under one key."""
+    return AESGCM(key)
+
+
+def encrypt_with(ctx: AESGCM, plaintext: bytes, aad: bytes) -> bytes:
+    """:func:`encrypt` with a context made once (a run seals many small blobs)."""
     nonce = os.urandom(NONCE_LEN)
-    return nonce + AESGCM(key).encrypt(nonce, plaintext, aad)
+    return nonce + ctx.encrypt(nonce, plaintext, aad)
 
 
 def decrypt(key: bytes, blob: bytes, aad: bytes, what: str) -> bytes:
+    return decrypt_with(AESGCM(key), blob, aad, what)
+
+
+def decrypt_with(ctx: AESGCM, blob: bytes, aad: bytes, what: str) -> bytes:
+    """:func:`decrypt` with a context made once."""
     if len(blob) < NONCE_LEN + 16:
         raise BackupError(f"{what} is truncated", hint="run a verify; the object is damaged")
     try:
-        return AESGCM(key).decrypt(blob[:NONCE_LEN], blob[NONCE_LEN:], aad)
+        return ctx.decrypt(blob[:NONCE_LEN], blob[NONCE_LEN:], aad)
     except InvalidTag as e:
         raise BackupError(
             f"{what} does not authenticate: it is damaged, or the key is not this repository's",

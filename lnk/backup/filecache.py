@@ -5,7 +5,13 @@ Per repository ID (chunk IDs are keyed by the repository's dedup key):
 * a file, by its path and (size, mtime, ctime, inode) as ``fstat`` saw it while it
   was read whole: its SHA-256 and chunk IDs;
 * a collection, by its kind, name and the store's watermark (which changes
-  whenever the collection changes): the size and chunk IDs of its export.
+  whenever the collection changes): the size and chunk IDs of its export;
+* a folder, by its path and folder digest (docs/stream-format.md, 7.3.4): the lines
+  the backup wrote for it (its own entry, its files' entries and tree lines, and a
+  place for each subfolder, named with that subfolder's digest then), the blobs those
+  lines name, and their counts.  A folder whose digest is the same is the same
+  folder, so the next backup writes these lines again without reading or even
+  looking up its files one by one.
 
 A backup that finds a file or collection unchanged hands the chunk IDs to
 :meth:`lnk.backup.writer.SnapshotWriter.add_known`, which checks that the
@@ -19,6 +25,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
+
+import zstandard
 
 from lnk.payload.cachedb import CacheDB
 
@@ -32,6 +41,9 @@ class ChunkCache(CacheDB):
                 "ino INT, sha TEXT, chunks TEXT, PRIMARY KEY (repo, path))",
                 "CREATE TABLE IF NOT EXISTS c (repo TEXT, coll TEXT, mark TEXT, size INT, "
                 "records INT, chunks TEXT, PRIMARY KEY (repo, coll))",
+                "CREATE TABLE IF NOT EXISTS d (repo TEXT, path BLOB, digest TEXT, body BLOB, "
+                "ids BLOB, entries INT, files INT, bytes INT, PRIMARY KEY (repo, path)) "
+                "WITHOUT ROWID",
             ),
         )
         self.repo = repo_id
@@ -82,3 +94,80 @@ def _ids(raw: str) -> list[str]:
     except ValueError:
         return []
     return [str(x) for x in v] if isinstance(v, list) else []
+
+
+class DirRow(NamedTuple):
+    """What the last backup wrote for one folder (see the module's docstring)."""
+
+    digest: str
+    body: bytes  # items, each ending in a newline: b"E" entry line, b"T" tree line,
+    # b"S" [name, digest] of a subfolder (JSON)
+    ids: bytes  # the blob IDs its tree lines name, 32 bytes each
+    entries: int
+    files: int
+    bytes: int
+
+
+class DirCache:
+    """The folder rows of :class:`ChunkCache`'s file (one connection, one transaction)."""
+
+    def __init__(self, cache: ChunkCache) -> None:
+        self.cache = cache
+        self._dctx = zstandard.ZstdDecompressor()
+        self._cctx = zstandard.ZstdCompressor(level=1)
+
+    def digests(self) -> dict[str, str]:
+        """Every folder this repository has lines for: path -> digest."""
+        db = self.cache.db
+        if db is None:
+            return {}
+        rows = db.execute("SELECT path, digest FROM d WHERE repo=?", (self.cache.repo,))
+        return {_text(p): str(d) for p, d in rows}
+
+    def row(self, rel: str) -> DirRow | None:
+        got = self.cache.row(
+            "SELECT digest, body, ids, entries, files, bytes FROM d WHERE repo=? AND path=?",
+            (self.cache.repo, _blob(rel)),
+        )
+        if got is None:
+            return None
+        try:
+            body = self._dctx.decompress(got[1])
+        except zstandard.ZstdError:
+            return None  # damaged: the folder is backed up file by file
+        return DirRow(str(got[0]), body, bytes(got[2]), int(got[3]), int(got[4]), int(got[5]))
+
+    def store(self, rel: str, row: DirRow) -> None:
+        self.cache.write(
+            "INSERT OR REPLACE INTO d VALUES (?,?,?,?,?,?,?,?)",
+            (
+                self.cache.repo,
+                _blob(rel),
+                row.digest,
+                self._cctx.compress(row.body),
+                row.ids,
+                row.entries,
+                row.files,
+                row.bytes,
+            ),
+        )
+
+    def keep_only(self, paths: set[str]) -> None:
+        """Forget the rows of folders not in ``paths`` (gone since, or changed)."""
+        db = self.cache.db
+        if db is None or self.cache.readonly:
+            return
+        stale = [
+            (self.cache.repo, p)
+            for (p,) in db.execute("SELECT path FROM d WHERE repo=?", (self.cache.repo,))
+            if _text(p) not in paths
+        ]
+        db.executemany("DELETE FROM d WHERE repo=? AND path=?", stale)
+
+
+def _blob(rel: str) -> bytes:
+    return rel.encode("utf-8", "surrogateescape")
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw

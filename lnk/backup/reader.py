@@ -11,11 +11,13 @@ import itertools
 import json
 import os
 import struct
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -67,9 +69,10 @@ class SnapshotReader:
         self.index: dict[bytes, BlobRef] = repo.load_index(self.info.packs, missing_ok=True)
         self._copies: dict[bytes, list[BlobRef]] | None = None
         self._data_keys: dict[bytes, bytes] = {}
+        self._aeads: dict[bytes, Any] = {}  # data key -> its AES-GCM context
+        self._local = threading.local()  # a zstd decompressor per thread
         self._pack_name: str | None = None
         self._pack: bytes = b""
-        self._dctx = zstandard.ZstdDecompressor()
 
     # ---- blobs --------------------------------------------------------------
 
@@ -129,12 +132,18 @@ class SnapshotReader:
     def _open_in(self, pack: bytes, ref: BlobRef, blob_id: bytes) -> bytes:
         """Open the blob at ``ref`` in the bytes of its ``pack`` (thread-safe)."""
         data_key = self._data_key(pack, ref.pack)
+        ctx = self._aeads.get(data_key)
+        if ctx is None:
+            ctx = self._aeads[data_key] = crypto.aead(data_key)
         sealed = pack[ref.offset : ref.offset + ref.length]
-        plain = crypto.decrypt(
-            data_key, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"
+        plain = crypto.decrypt_with(
+            ctx, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"
         )
         if plain[:1] == b"\x01":
-            return zstandard.ZstdDecompressor().decompress(plain[1:])
+            dctx = getattr(self._local, "dctx", None)
+            if dctx is None:
+                dctx = self._local.dctx = zstandard.ZstdDecompressor()
+            return dctx.decompress(plain[1:])
         return plain[1:]
 
     # ---- entries ------------------------------------------------------------

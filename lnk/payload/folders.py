@@ -8,7 +8,7 @@ now (a receiver's check at use) and the sender's collapse.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import HashCache
@@ -45,30 +45,53 @@ def tree_digests(
 
 
 def collapse(
-    items: Iterator[WalkedFile], held: dict[str, str], limit: int = 20_000
+    items: Iterator[WalkedFile],
+    held: dict[str, str],
+    limit: int = 20_000,
+    *,
+    ends: bool = False,
+    accept: Callable[[str, str], bool] | None = None,
+    weigh: bool = False,
 ) -> Iterator[WalkedFile]:
-    """A walk with ends, where every folder whose digest the receiver holds at the same
-    path comes as one entry (``kept``) instead of its contents; ends are dropped.
+    """A walk with ends, where every folder whose digest the other end holds at the same
+    path comes as one entry (``kept``) instead of its contents.
 
     Entries are held back only while a folder that might be kept is open, and never
     more than ``limit`` of them (past that they go, and the folders open then do not
-    collapse: their subfolders still may)."""
+    collapse: their subfolders still may).  ``accept(path, digest)`` has the last word
+    on a folder whose digest matches (a backup checks it can put it back from what it
+    stored).  Ends are dropped, or with ``ends`` kept for the folders not collapsed.
+    With ``weigh``, a kept folder counts as every entry it stands for (a backup holds
+    its lines until it goes), so at most ``limit`` walked entries are ever held back."""
     buf: list[WalkedFile] = []
+    back = 0  # walked entries held back (with weigh: kept folders' contents too)
     open_: list[int] = []  # per open folder: its index in buf if it may be kept, else -1
     candidates = 0
     for f in items:
         if f.kind == "e":
             at = open_.pop()
             if at < 0:
+                if ends:
+                    if candidates:
+                        buf.append(f)
+                    else:
+                        yield f
                 continue
             candidates -= 1
-            if f.sha256 and held.get(f.rel) == f.sha256:
+            if (
+                f.sha256
+                and held.get(f.rel) == f.sha256
+                and (accept is None or accept(f.rel, f.sha256))
+            ):
                 d = buf[at]
                 del buf[at:]
                 buf.append(WalkedFile(d.rel, "d", d.mode, kept=f.sha256))
+            elif ends:
+                buf.append(f)
             if not candidates:
                 yield from buf
                 buf.clear()
+                back = 0
             continue
         if f.kind == "d":
             if f.rel in held:
@@ -79,11 +102,12 @@ def collapse(
             open_.append(-1)
         if candidates:
             buf.append(f)
-            if len(buf) > limit:
+            back += 1
+            if (back if weigh else len(buf)) > limit:
                 yield from buf
                 buf.clear()
                 open_ = [-1] * len(open_)
-                candidates = 0
+                candidates = back = 0
         else:
             yield f
     yield from buf

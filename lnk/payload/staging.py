@@ -74,7 +74,7 @@ class Stage(CollectionStaging):
         self.direct = False
         self.cur_target: str | None = None
         self.home_s, self.agent_s = str(self.work / "home"), str(self.work / "agent")
-        self.cur: Any = None  # open file for the pending entry's bytes
+        self.cur: int | None = None  # the file descriptor the pending entry's bytes go to
         self.cur_hash: Any = None
         self.cur_left = 0
         self.line = bytearray()
@@ -323,12 +323,12 @@ class Stage(CollectionStaging):
                 else:
                     self.cur_target = None
                     fd = os.open(self.work / "incoming" / "part", _PART, 0o600)
-                self.cur = open(fd, "wb")  # noqa: SIM115
+                self.cur = fd
                 self.cur_hash = hashlib.sha256()
                 self.cur_left = e.size
             n = min(self.cur_left, len(view))
             piece = view[:n]
-            self.cur.write(piece)
+            _write_all(self.cur, piece)
             self.cur_hash.update(piece)
             self.cur_left -= n
             self.data_bytes += n
@@ -338,23 +338,23 @@ class Stage(CollectionStaging):
 
     def _finish_file(self) -> None:
         e = self.pending.pop(0)
+        fd = self.cur
+        assert fd is not None
+        self.cur = None
         if self.cur_target is not None:
             if self.cur_hash.hexdigest() != e.sha256:
-                self.cur.close()
-                self.cur = None
+                os.close(fd)
                 raise M.bad(f"the bytes of {e.path!r} do not match its SHA-256")
-            self.cur.flush()
-            fd = self.cur.fileno()
-            os.fchmod(fd, e.mode)
-            os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
-            self.cur.close()
-            self.cur = None
+            try:
+                os.fchmod(fd, e.mode)
+                os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
+            finally:
+                os.close(fd)
             # the content is held in this receiver too: a later entry of it finds it there
             with contextlib.suppress(FileExistsError):
                 os.link(self.cur_target, f"{self.r.objects_s}/{e.sha256}")
             return
-        self.cur.close()
-        self.cur = None
+        os.close(fd)
         if self.cur_hash.hexdigest() != e.sha256:
             assert self.head is not None
             if self.head.phase != "bulk":
@@ -394,7 +394,7 @@ class Stage(CollectionStaging):
 
     def close(self) -> None:
         if self.cur is not None:
-            self.cur.close()
+            os.close(self.cur)
             self.cur = None
         if self.coll_file is not None:
             self.coll_file.close()
@@ -426,3 +426,8 @@ def _digests_now(base: Path, cache_path: Path) -> tuple[dict[str, str], dict[str
         return tree_digests(base, cache)
     finally:
         cache.close()
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while len(data):
+        data = data[os.write(fd, data) :]

@@ -114,6 +114,7 @@ def test_interrupted_backup_leaves_no_snapshot_and_is_reused(
     data = os.urandom(5 * MiB)
     w = SnapshotWriter(repo)
     w.add_file("big", 0o644, io.BytesIO(data))  # packs are flushed as it goes
+    w.sync()  # its full packs are in the bucket (the last one is still being filled)
     # the process dies here: no commit, no abort, the lock stays
     assert repo.list_snapshots() == []
     assert any(k.startswith("locks/") for k, _ in bucket.list())

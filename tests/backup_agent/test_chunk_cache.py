@@ -7,12 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
-from bk_helpers import EVENTS, agent_files, collections_of, give_keys, sample_agent, write
+from bk_helpers import EVENTS, age, agent_files, collections_of, give_keys, sample_agent, write
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.stores import open_agent_store
 from lnk.backup import agent as A
+from lnk.backup import agent_files as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.filecache import ChunkCache
@@ -37,6 +38,7 @@ def test_unchanged_files_are_not_read_and_changes_are(
 ) -> None:
     url = _bucket(tmp_path)
     a = sample_agent(src, big=3 << 20)
+    age(a)
     backup_agent(src, a, url)
     big = a.folders.home / "big.bin"
     # same size, new bytes, mtime put back: ctime still tells the change apart
@@ -48,13 +50,13 @@ def test_unchanged_files_are_not_read_and_changes_are(
     finally:
         s.close()
     read: list[str] = []
-    orig = A._Hashing.__init__
+    orig = F._open
 
-    def spy(self: A._Hashing, f: object) -> None:
-        read.append(str(getattr(f, "name", "")))
-        orig(self, f)  # type: ignore[arg-type]
+    def spy(path: str | Path) -> int:
+        read.append(str(path))
+        return orig(path)
 
-    monkeypatch.setattr(A._Hashing, "__init__", spy)
+    monkeypatch.setattr(F, "_open", spy)
     rep = backup_agent(src, registry.find(src, "work"), url)
     assert [Path(p).name for p in read] == ["big.bin"]  # the one changed file
     assert rep.new_blobs >= 3  # big.bin's 3 chunks, the changed log, lists

@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from bk_helpers import Recording, sample_agent, write
+from bk_helpers import Recording, age, sample_agent, write
 from lnkrun import lnk, ok
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import LAST_BACKUP
-from lnk.backup import agent as A
+from lnk.backup import agent_files as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.schedule import lnk_command, plist_text
 from lnk.transport.buckets import open_bucket
@@ -111,17 +111,18 @@ def test_an_unchanged_second_backup_reads_nothing_and_uploads_one_snapshot(
     a = sample_agent(src, big=2 << 20)
     for i in range(50):
         write(a.folders.home / "src" / f"f{i}.py", f"print({i})\n".encode() * (i + 1))
+    age(a)
     backup_agent(src, a, url)
     reads: list[int] = []
-    real = A._Hashing.read
+    real = F._read
 
-    def counting(self: A._Hashing, n: int = -1) -> bytes:
-        data = real(self, n)
+    def counting(fd: int, n: int) -> bytes:
+        data = real(fd, n)
         reads.append(len(data))
         return data
 
     exports: list[object] = []
-    monkeypatch.setattr(A._Hashing, "read", counting)
+    monkeypatch.setattr(F, "_read", counting)
     rec = Recording(open_bucket(url))
     import lnk.agents.stores as stores
 
@@ -138,7 +139,7 @@ def test_an_unchanged_second_backup_reads_nothing_and_uploads_one_snapshot(
         s.export = export  # type: ignore[method-assign]
         return s
 
-    monkeypatch.setattr(A, "open_agent_store", spy_store)
+    monkeypatch.setattr(F, "open_agent_store", spy_store)
     rep = backup_agent(src, a, url, bucket=rec)
     assert sum(reads) == 0 and exports == []
     assert rep.new_blobs == 0

@@ -1,0 +1,422 @@
+"""An agent's files and collections into one snapshot: one walk, and only what changed
+is read.
+
+One walk (:func:`lnk.payload.walk.walk_agent`, the stream's) gives every entry and,
+at each folder's end, its digest.  A folder whose digest is the one the last backup
+to this repository saw, and whose lines that backup kept (``DirCache``), is written
+from those lines: none of its files is opened, or even looked up one by one
+(:func:`lnk.payload.folders.collapse`).  Elsewhere a file whose stat is the one the
+last backup read is stored by its known chunks, and any other file is read: a small
+one whole, in one call, a big one a chunk at a time.  A SQLite database (told by its
+first bytes) is stored as a snapshot taken through SQLite's backup API.
+
+Modes are written as a receiver makes them (a file ``| 0o600``, a folder ``| 0o700``,
+no setuid, setgid or sticky bit), as the folder digest covers them: a restore goes
+through the stream's receiver, which does the same.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from lnk.agents.registry import Agent
+from lnk.agents.stores import open_agent_store
+from lnk.backup.filecache import ChunkCache, DirCache, DirRow
+from lnk.payload import manifest as M
+from lnk.payload.agent_records import export_lines
+from lnk.payload.folders import collapse
+from lnk.payload.hashcache import HashCache
+from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, WalkStats, sqlite_snapshot, walk_agent
+
+SPOOL = 4 << 20
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+RACY_NS = 2_000_000_000  # a file changed this close to its read is read again next time
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open(path: str | Path) -> int:
+    """Open a file to read its content (never through a link)."""
+    return os.open(path, _OPEN)
+
+
+def _read(fd: int, n: int) -> bytes:
+    """Every byte of file content a backup reads goes through here."""
+    return os.read(fd, n)
+
+
+class _Stream:
+    """A file read from ``fd`` after ``first`` (already read), hashed and counted."""
+
+    def __init__(self, fd: int, first: bytes) -> None:
+        self.fd, self.first = fd, first
+        self.h = hashlib.sha256(first)
+        self.n = len(first)
+
+    def read(self, n: int = -1) -> bytes:
+        if self.first:
+            data, self.first = self.first, b""
+            return data
+        data = _read(self.fd, n if n > 0 else 1 << 20)
+        self.h.update(data)
+        self.n += len(data)
+        return data
+
+
+class _Dir:
+    """A folder backed up entry by entry: the row the next backup may write it from."""
+
+    __slots__ = ("bytes", "entries", "files", "ids", "items", "ok", "rel", "slot")
+
+    def __init__(self, rel: str, line: bytes, slot: int) -> None:
+        self.rel = rel
+        self.items: list[bytes] = [b"E" + line]
+        self.ids = bytearray()
+        self.ok = True
+        self.entries, self.files, self.bytes = 1, 0, 0
+        self.slot = slot  # its place in its parent's items (-1: a root)
+
+
+class _Segment:
+    """A folder written from the last backup's lines: entry lines, tree lines, blobs."""
+
+    __slots__ = ("bytes", "dirs", "entries", "files", "ids", "lines", "tree")
+
+    def __init__(self) -> None:
+        self.dirs: list[str] = []  # the folders it holds, itself first
+        self.lines: list[bytes] = []
+        self.tree: list[bytes] = []
+        self.ids = bytearray()
+        self.entries = self.files = self.bytes = 0
+
+
+def file_mode(mode: int) -> int:
+    return (mode & 0o777) | 0o600
+
+
+def dir_mode(mode: int) -> int:
+    return (mode & 0o777) | 0o700
+
+
+class FilesBackup:
+    """One backup's pass over the agent's files (see the module's docstring)."""
+
+    def __init__(
+        self,
+        w: Any,
+        agent: Agent,
+        caches: tuple[HashCache, ChunkCache],
+        entries: IO[bytes],
+        snap_dir: str,
+        layout: int,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        self.w, self.agent, self.out = w, agent, entries
+        self.cache, self.chunks = caches
+        self.dirs = DirCache(self.chunks)
+        self.snap_dir, self.layout, self.progress = snap_dir, layout, progress
+        self.entries = self.files = self.bytes = 0
+        self.groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
+        self.ready: dict[str, _Segment] = {}  # folders accepted whole, not yet written
+        self.seen: set[str] = set()  # every folder of this backup (rows kept)
+        self.stack: list[_Dir] = []
+
+    # ---- the walk -------------------------------------------------------------
+    def run(self) -> None:
+        by_folder = self.layout == 2  # the older layout (tests only) goes file by file
+        walk = walk_agent(
+            self.agent.folders.root,
+            self.cache,
+            WalkStats(),
+            Path(self.snap_dir),
+            hash_files=False,
+            links=True,
+            sqlite=False,
+            ends=by_folder,
+        )
+        items = (
+            collapse(walk, self.dirs.digests(), ends=True, accept=self._accept, weigh=True)
+            if by_folder
+            else walk
+        )
+        for f in items:
+            if f.kind == "e":
+                self._end(f)
+            elif self.layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
+                continue
+            elif f.kept:
+                self._whole(f)
+            else:
+                self._entry(f)
+        if by_folder:
+            self.dirs.keep_only(self.seen)
+
+    def _line(self, entry: M.FileEntry) -> bytes:
+        line = M.dump(entry.to_json()) + b"\n"
+        self.out.write(line)
+        self.entries += 1
+        return line
+
+    def _entry(self, f: WalkedFile) -> None:
+        top = self.stack[-1] if self.stack else None
+        if f.kind == "d":
+            line = self._line(M.FileEntry(f.rel, "d", dir_mode(f.mode)))
+            self.seen.add(f.rel)
+            slot = -1
+            if top is not None:
+                slot = len(top.items)
+                top.items.append(b"")  # the subfolder's place, named at its end
+            if self.layout == 2:
+                self.stack.append(_Dir(f.rel, line, slot))
+            return
+        if f.kind == "l":  # a symbolic link: its target text, never followed
+            line = self._line(M.FileEntry(f.rel, "l", 0o777, target=f.target))
+            if top is not None:
+                top.items.append(b"E" + line)
+                top.entries += 1
+            return
+        got = self._file(f)
+        if got is None:  # gone, or no longer a regular file: not in this backup
+            if top is not None:
+                top.ok = False
+            return
+        sha, size, tree, ids = got
+        data = bool(tree)  # a hard link after its group's first carries no bytes
+        carried = size if data else 0
+        self.files += 1
+        self.bytes += carried
+        line = self._line(
+            M.FileEntry(f.rel, "f", file_mode(f.mode), size, sha, f.group, data, f.mtime_ns)
+        )
+        if top is not None:
+            if f.sha256 and sha != f.sha256:
+                top.ok = False  # changed since the walk saw it: its digest is not this
+            top.items.append(b"E" + line)
+            if tree:
+                top.items.append(b"T" + tree)
+                top.ids += ids
+            top.entries += 1
+            top.files += 1
+            top.bytes += carried
+
+    def _end(self, f: WalkedFile) -> None:
+        d = self.stack.pop()
+        up = self.stack[-1] if self.stack else None
+        if up is not None:
+            if d.ok and f.sha256:
+                name = d.rel.rpartition("/")[2]
+                up.items[d.slot] = b"S" + M.dump([name, f.sha256]) + b"\n"
+            else:
+                up.ok = False
+        if d.ok and f.sha256:
+            body = b"".join(d.items)
+            self.dirs.store(
+                d.rel, DirRow(f.sha256, body, bytes(d.ids), d.entries, d.files, d.bytes)
+            )
+
+    # ---- folders unchanged since the last backup -----------------------------------
+    def _accept(self, rel: str, digest: str) -> bool:
+        """Whether the folder ``rel`` with ``digest`` can be written from the last
+        backup's lines (each subfolder's row there, with the digest its parent named,
+        and every blob still in the repository); if so, its lines are made ready."""
+        seg = _Segment()
+        inner: list[str] = []  # subfolders accepted on their own already: spliced in
+        todo: list[tuple[str, list[bytes], list[int]]] = []
+        if not self._open_row(seg, todo, rel, digest):
+            return False
+        while todo:
+            at, items, pos = todo[-1]
+            if pos[0] >= len(items):
+                todo.pop()
+                continue
+            item = items[pos[0]]
+            pos[0] += 1
+            tag = item[:1]
+            if tag == b"E":
+                seg.lines.append(item[1:] + b"\n")
+            elif tag == b"T":
+                seg.tree.append(item[1:] + b"\n")
+            elif tag == b"S":
+                try:
+                    name, sub_digest = json.loads(item[1:])
+                    sub = f"{at}/{name}"
+                except (ValueError, TypeError):
+                    return False
+                done = self.ready.get(sub)
+                if done is not None:
+                    inner.append(sub)
+                    seg.lines.extend(done.lines)
+                    seg.tree.extend(done.tree)
+                elif not self._open_row(seg, todo, sub, sub_digest):
+                    return False
+            else:
+                return False
+        if not self.w.holds(bytes(seg.ids)):
+            return False  # a prune took some: its files are read again
+        for sub in inner:
+            done = self.ready.pop(sub)
+            seg.ids += done.ids
+            seg.dirs.extend(done.dirs)
+            seg.entries += done.entries
+            seg.files += done.files
+            seg.bytes += done.bytes
+        self.ready[rel] = seg
+        return True
+
+    def _open_row(
+        self, seg: _Segment, todo: list[tuple[str, list[bytes], list[int]]], rel: str, digest: str
+    ) -> bool:
+        row = self.dirs.row(rel)
+        if row is None or row.digest != digest:
+            return False
+        todo.append((rel, row.body.split(b"\n")[:-1], [0]))
+        seg.dirs.append(rel)
+        seg.ids += row.ids
+        seg.entries += row.entries
+        seg.files += row.files
+        seg.bytes += row.bytes
+        return True
+
+    def _whole(self, f: WalkedFile) -> None:
+        seg = self.ready.pop(f.rel)
+        self.out.write(b"".join(seg.lines))
+        self.w.add_lines(b"".join(seg.tree), bytes(seg.ids), seg.files, seg.bytes)
+        self.entries += seg.entries
+        self.files += seg.files
+        self.bytes += seg.bytes
+        self.seen.update(seg.dirs)  # its folders' rows stay
+        if self.progress:
+            self.progress(seg.bytes)
+        top = self.stack[-1] if self.stack else None
+        if top is not None:
+            name = f.rel.rpartition("/")[2]
+            top.items.append(b"S" + M.dump([name, f.kept]) + b"\n")
+
+    # ---- one file -------------------------------------------------------------
+    def _file(self, f: WalkedFile) -> tuple[str, int, bytes, bytes] | None:
+        """(SHA-256, size, tree line, blob IDs) of one file as stored; None if it went."""
+        w = self.w
+        if f.group is not None and not f.group_first and f.group in self.groups:
+            sha, size = self.groups[f.group]
+            return sha, size, b"", b""
+        if f.size == 0 and f.group is None:
+            return EMPTY_SHA, 0, b"", b""
+        assert f.source is not None
+        got = self._store(f, f"agent/{f.rel}", file_mode(f.mode))
+        if got is None:
+            return None
+        sha, size, ids = got
+        if size == 0:
+            sha = EMPTY_SHA
+        if f.group is not None:
+            self.groups[f.group] = (sha, size)
+        if self.progress:
+            self.progress(size)
+        return sha, size, (w.last_line if size else b""), ids
+
+    def _store(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes] | None:
+        w, rel = self.w, f.rel
+        step = w.repo.chunk_size
+        st = f.st
+        try:
+            if st is None:
+                st = os.lstat(f.source)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            return None
+        hit = self.chunks.file(rel, st) if stat.S_ISREG(st.st_mode) else None
+        if (
+            hit is not None
+            and len(hit[1]) == -(-st.st_size // step)
+            and w.add_known(path, mode, st.st_size, hit[1])  # unchanged: not even opened
+        ):
+            return hit[0], st.st_size, b"".join(bytes.fromhex(c) for c in hit[1])
+        try:
+            fd = _open(f.source)  # type: ignore[arg-type]
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ELOOP):  # gone, or now a link
+                return None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            t0 = time.time_ns()
+            small = st.st_size < step
+            first = _read(fd, st.st_size + 1 if small else step)
+            if first[:16] == SQLITE_MAGIC:
+                return self._store_sqlite(f, path, mode)
+            if small and len(first) <= st.st_size:  # all of it, in one read
+                sha = hashlib.sha256(first).hexdigest()
+                n = len(first)
+                chunks = w.add_bytes(path, mode, first)
+            else:
+                src = _Stream(fd, first)
+                chunks = w.add_file(path, mode, src)
+                sha, n = src.h.hexdigest(), src.n
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if (
+            n == st.st_size
+            and ChunkCache.key(after) == ChunkCache.key(st)
+            and st.st_mtime_ns < t0 - RACY_NS
+        ):
+            self.chunks.store_file(rel, st, sha, chunks)
+            self.cache.store(rel, st, sha)
+        return sha, n, b"".join(bytes.fromhex(c) for c in chunks)
+
+    def _store_sqlite(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes]:
+        """A live database: a consistent copy through SQLite's backup API is stored."""
+        snap = sqlite_snapshot(f.source, Path(self.snap_dir))  # type: ignore[arg-type]
+        try:
+            fd = _open(snap)
+            try:
+                src = _Stream(fd, b"")
+                chunks = self.w.add_file(path, mode, src)
+            finally:
+                os.close(fd)
+        finally:
+            snap.unlink(missing_ok=True)
+        return src.h.hexdigest(), src.n, b"".join(bytes.fromhex(c) for c in chunks)
+
+
+def add_collections(w: Any, agent: Agent, chunks: ChunkCache) -> tuple[int, int]:
+    """Each collection's export as collections/<n>.jsonl; (collections, records).  One
+    whose store watermark is unchanged since the last backup is not exported again."""
+    from lnk.collections.ids import FORMAT_VERSION
+
+    s = agent.settings
+    store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
+    collections = records = 0
+    try:
+        for i, cid in enumerate(store.collections()):
+            path = f"collections/{i:06d}.jsonl"
+            key = f"{s.store}\0{cid.kind}\0{cid.name}"
+            mark = f"{FORMAT_VERSION}:{store.watermark(cid)}"  # read before the export
+            hit = chunks.collection(key, mark)
+            if hit is not None and w.add_known(path, 0o600, hit[0], hit[2]):
+                records += hit[1]
+                collections += 1
+                continue
+            n = 0
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL) as f:
+                for _rec, line in export_lines(store, cid):
+                    f.write(line)
+                    n += 1
+                size = f.tell()
+                f.seek(0)
+                ids = w.add_file(path, 0o600, f)
+            chunks.store_collection(key, mark, size, n, ids)
+            records += n
+            collections += 1
+    finally:
+        store.close()
+    return collections, records
