@@ -220,7 +220,7 @@ def backup_agent(
             files.run()
             report.entries, report.files, report.bytes = files.entries, files.files, files.bytes
             entries.seek(0)
-            w.add_file(ENTRIES, 0o600, entries)
+            w.add_list(ENTRIES, 0o600, entries)
             if layout == 2:
                 report.collections, report.records = add_collections(w, agent, chunks)
             w.add_blob(HEAD, M.dump(head.to_json()))

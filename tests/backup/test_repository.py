@@ -286,3 +286,19 @@ def test_commit_fails_if_a_reused_pack_vanished(bucket: CountingBucket, owner: R
         w2.commit()
     w2.abort()
     assert len(repo.list_snapshots()) == 1
+
+
+def test_a_list_is_cut_where_its_lines_say_so_a_change_moves_no_later_cut() -> None:
+    from lnk.backup.writer import line_cuts
+
+    lines = [f'{{"p":"Home/src/f{i:06d}.py","s":{i * 7}}}\n'.encode() for i in range(60_000)]
+    before = list(line_cuts(io.BytesIO(b"".join(lines)), MiB))
+    lines[10] = b'{"p":"Home/src/a-longer-name-now.py","s":1}\n'
+    after = list(line_cuts(io.BytesIO(b"".join(lines)), MiB))
+    assert b"".join(after) == b"".join(lines)  # nothing lost, nothing added
+    assert all(len(p) <= MiB for p in before + after)
+    assert len(before) > 10
+    assert len(set(after) - set(before)) == 1  # only the piece with the change is new
+    # no line end in time: cut at the most, still whole
+    long = b"x" * (3 * MiB) + b"\n"
+    assert [len(p) for p in line_cuts(io.BytesIO(long), MiB)] == [MiB, MiB, MiB, 1]

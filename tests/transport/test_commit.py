@@ -168,6 +168,15 @@ def test_disk_full_while_staging_leaves_the_destination_unchanged(
     monkeypatch.setattr(
         staging, "open", lambda *a, **k: _FullFile(real_open(*a, **k), left), raising=False
     )
+    real_write = staging._write_all
+
+    def full_write(fd: int, data: memoryview) -> None:  # file bytes go by descriptor
+        if left[0] < len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        left[0] -= len(data)
+        real_write(fd, data)
+
+    monkeypatch.setattr(staging, "_write_all", full_write)
     with pytest.raises(TransportError, match="disk is full") as info:
         receive_bytes(dst, r, data)
     assert info.value.hint and "nothing was applied" in info.value.hint
