@@ -35,7 +35,17 @@ from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
 from lnk.payload.folders import collapse
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, WalkStats, sqlite_snapshot, walk_agent
+from lnk.payload.walk import (
+    DIGEST_TAG,
+    SQLITE_MAGIC,
+    WalkedFile,
+    WalkStats,
+    dir_line,
+    file_line,
+    link_line,
+    sqlite_snapshot,
+    walk_agent,
+)
 
 SPOOL = 4 << 20
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
@@ -74,10 +84,26 @@ class _Stream:
 class _Dir:
     """A folder backed up entry by entry: the row the next backup may write it from."""
 
-    __slots__ = ("bytes", "entries", "files", "ids", "items", "ok", "rel", "slot")
+    __slots__ = (
+        "bytes",
+        "entries",
+        "files",
+        "h",
+        "ids",
+        "items",
+        "mode",
+        "ok",
+        "own",
+        "rel",
+        "slot",
+    )
 
-    def __init__(self, rel: str, line: bytes, slot: int) -> None:
-        self.rel = rel
+    def __init__(self, rel: str, mode: int, line: bytes, slot: int) -> None:
+        self.rel, self.mode = rel, mode
+        # its digest as this backup saw it, for a folder the walk could not vouch for
+        # (the first backup: no SHA-256 known when it walked); own: still vouched for
+        self.h = hashlib.sha256(DIGEST_TAG)
+        self.own = True
         self.items: list[bytes] = [b"E" + line]
         self.ids = bytearray()
         self.ok = True
@@ -128,6 +154,7 @@ class FilesBackup:
         self.ready: dict[str, _Segment] = {}  # folders accepted whole, not yet written
         self.seen: set[str] = set()  # every folder of this backup (rows kept)
         self.stack: list[_Dir] = []
+        self._vouched = False  # the last file stored: the hash cache vouches for it now
 
     # ---- the walk -------------------------------------------------------------
     def run(self) -> None:
@@ -175,11 +202,12 @@ class FilesBackup:
                 slot = len(top.items)
                 top.items.append(b"")  # the subfolder's place, named at its end
             if self.layout == 2:
-                self.stack.append(_Dir(f.rel, line, slot))
+                self.stack.append(_Dir(f.rel, f.mode, line, slot))
             return
         if f.kind == "l":  # a symbolic link: its target text, never followed
             line = self._line(M.FileEntry(f.rel, "l", 0o777, target=f.target))
             if top is not None:
+                top.h.update(_utf8(link_line(f.rel.rpartition("/")[2], f.target)))
                 top.items.append(b"E" + line)
                 top.entries += 1
             return
@@ -199,6 +227,11 @@ class FilesBackup:
         if top is not None:
             if f.sha256 and sha != f.sha256:
                 top.ok = False  # changed since the walk saw it: its digest is not this
+            if self._vouched and f.group is None:
+                name = f.rel.rpartition("/")[2]
+                top.h.update(_utf8(file_line(name, f.mode, size, f.mtime_ns, sha)))
+            else:
+                top.own = False
             top.items.append(b"E" + line)
             if tree:
                 top.items.append(b"T" + tree)
@@ -210,17 +243,17 @@ class FilesBackup:
     def _end(self, f: WalkedFile) -> None:
         d = self.stack.pop()
         up = self.stack[-1] if self.stack else None
+        digest = f.sha256 or (d.h.hexdigest() if d.own else "")
         if up is not None:
-            if d.ok and f.sha256:
+            if d.ok and digest:
                 name = d.rel.rpartition("/")[2]
-                up.items[d.slot] = b"S" + M.dump([name, f.sha256]) + b"\n"
+                up.items[d.slot] = b"S" + M.dump([name, digest]) + b"\n"
+                up.h.update(_utf8(dir_line(name, d.mode, digest)))
             else:
-                up.ok = False
-        if d.ok and f.sha256:
+                up.ok = up.own = False
+        if d.ok and digest:
             body = b"".join(d.items)
-            self.dirs.store(
-                d.rel, DirRow(f.sha256, body, bytes(d.ids), d.entries, d.files, d.bytes)
-            )
+            self.dirs.store(d.rel, DirRow(digest, body, bytes(d.ids), d.entries, d.files, d.bytes))
 
     # ---- folders unchanged since the last backup -----------------------------------
     def _accept(self, rel: str, digest: str) -> bool:
@@ -299,15 +332,18 @@ class FilesBackup:
         if top is not None:
             name = f.rel.rpartition("/")[2]
             top.items.append(b"S" + M.dump([name, f.kept]) + b"\n")
+            top.h.update(_utf8(dir_line(name, f.mode, f.kept)))
 
     # ---- one file -------------------------------------------------------------
     def _file(self, f: WalkedFile) -> tuple[str, int, bytes, bytes] | None:
         """(SHA-256, size, tree line, blob IDs) of one file as stored; None if it went."""
         w = self.w
+        self._vouched = False  # a hard link or a database: no folder digest
         if f.group is not None and not f.group_first and f.group in self.groups:
             sha, size = self.groups[f.group]
             return sha, size, b"", b""
         if f.size == 0 and f.group is None:
+            self._vouched = True
             return EMPTY_SHA, 0, b"", b""
         assert f.source is not None
         got = self._store(f, f"agent/{f.rel}", file_mode(f.mode))
@@ -337,6 +373,8 @@ class FilesBackup:
             and len(hit[1]) == -(-st.st_size // step)
             and w.add_known(path, mode, st.st_size, hit[1])  # unchanged: not even opened
         ):
+            # remembered from a read the stat still vouches for, and the walk saw this stat
+            self._vouched = st.st_mtime_ns == f.mtime_ns and st.st_size == f.size
             return hit[0], st.st_size, b"".join(bytes.fromhex(c) for c in hit[1])
         try:
             fd = _open(f.source)  # type: ignore[arg-type]
@@ -371,6 +409,7 @@ class FilesBackup:
         ):
             self.chunks.store_file(rel, st, sha, chunks)
             self.cache.store(rel, st, sha)
+            self._vouched = n == f.size and st.st_mtime_ns == f.mtime_ns  # as the walk saw it
         return sha, n, b"".join(bytes.fromhex(c) for c in chunks)
 
     def _store_sqlite(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes]:
@@ -420,3 +459,7 @@ def add_collections(w: Any, agent: Agent, chunks: ChunkCache) -> tuple[int, int]
     finally:
         store.close()
     return collections, records
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")  # as the walk's digest encodes it

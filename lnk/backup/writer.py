@@ -92,7 +92,10 @@ class SnapshotWriter:
         self.lock_key = f"locks/{self.run_id.hex()}"
         self._touch_lock()
         # blobs whose every copy a verify found damaged are left out: stored again
-        self.known: dict[bytes, BlobRef] = repo.load_index(skip_damaged=True, missing_ok=True)
+        self._known: dict[bytes, BlobRef] | None = None
+        self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
+        # loaded while the caller starts walking (its first use waits for it)
+        self._known_f = self._uploader.submit(repo.load_index, skip_damaged=True, missing_ok=True)
         self._pending: dict[bytes, tuple[str, int, int]] = {}  # id -> kind, offset, length
         self._parts: list[bytes] = []  # the sealed blobs of the pack being filled
         self._filled = 0
@@ -100,7 +103,6 @@ class SnapshotWriter:
         self._tree = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024)  # noqa: SIM115
         self._local = threading.local()  # a zstd compressor per thread
         self._pool = ThreadPoolExecutor(WORKERS, "lnk-backup-seal")
-        self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
         self._upload: Future[None] | None = None
         self._queue: deque[_Queued] = deque()  # sealing, settled into packs in order
         self._queued_ids: set[bytes] = set()
@@ -112,6 +114,14 @@ class SnapshotWriter:
         self.uploaded_blobs = 0
         self.committed: str | None = None
         self.last_line = b""  # the tree line of the last file or blob added
+
+    @property
+    def known(self) -> dict[bytes, BlobRef]:
+        """Every blob the repository holds (not only in damaged packs), and this run's."""
+        known = self._known
+        if known is None:
+            known = self._known = self._known_f.result()
+        return known
 
     def __enter__(self) -> SnapshotWriter:
         return self

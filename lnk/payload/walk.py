@@ -63,6 +63,20 @@ DIGEST_TAG = b"lnk-dir-1\n"
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
+def file_line(name: str, mode: int, size: int, mtime_ns: int, sha: str) -> str:
+    """A file's line in its folder's digest (its mode as a receiver writes it)."""
+    return f"f\0{name}\0{(mode & 0o777) | 0o600:o}\0{size}\0{mtime_ns}\0{sha}\n"
+
+
+def link_line(name: str, target: str) -> str:
+    return f"l\0{name}\0{target}\n"
+
+
+def dir_line(name: str, mode: int, digest: str) -> str:
+    """A subfolder's line in its folder's digest (its mode as a receiver makes it)."""
+    return f"d\0{name}\0{(mode & 0o777) | 0o700:o}\0{digest}\n"
+
+
 class _Frame:
     """A folder being walked: its sorted entries, and the digest of those seen so far."""
 
@@ -208,8 +222,7 @@ def walk_dir(
                     up = stack[-1]
                     if digest:
                         name = fr.rel.rpartition("/")[2]
-                        mode = (fr.mode & 0o777) | 0o700  # as a receiver makes it
-                        up.line(f"d\0{name}\0{mode:o}\0{digest}\n")
+                        up.line(dir_line(name, fr.mode, digest))
                     else:
                         up.ok = False
                 yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest)
@@ -226,7 +239,7 @@ def walk_dir(
                 fr.ok = False
             else:
                 stats.links += 1
-                fr.line(f"l\0{e.name}\0{target}\n")
+                fr.line(link_line(e.name, target))
                 yield WalkedFile(erel, "l", 0o777, target=target)
             continue
         if stat.S_ISDIR(est.st_mode):
@@ -248,8 +261,7 @@ def walk_dir(
         if not sha or f.snapshot or f.group is not None:
             fr.ok = False
         else:
-            mode = (f.mode & 0o777) | 0o600  # as a receiver writes it
-            fr.line(f"f\0{e.name}\0{mode:o}\0{f.size}\0{f.mtime_ns}\0{sha}\n")
+            fr.line(file_line(e.name, f.mode, f.size, f.mtime_ns, sha))
         yield f
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

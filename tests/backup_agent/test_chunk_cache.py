@@ -12,7 +12,6 @@ from bk_helpers import EVENTS, age, agent_files, collections_of, give_keys, samp
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.stores import open_agent_store
-from lnk.backup import agent as A
 from lnk.backup import agent_files as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
