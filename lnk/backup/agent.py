@@ -389,9 +389,10 @@ def records_layout2(
     yield M.HEAD, M.dump(parts.head)
     files = reader.read_ahead(data_files(reader))  # packs fetched and opened ahead
     batch: list[dict[str, Any]] = []
+    raw: list[bytes] = []  # the lines as stored: checked here, parsed again by the receiver
 
     def flush() -> Iterator[tuple[int, bytes]]:
-        yield M.FILES, M.dump(batch)
+        yield M.FILES, b"[" + b",".join(raw) + b"]"
         for d in batch:
             if isinstance(d, dict) and d.get("d") is True:
                 path = str(d.get("p"))
@@ -407,9 +408,10 @@ def records_layout2(
     try:
         for line in parts.entries:
             batch.append(M.load_json(line, "file list"))
+            raw.append(line.rstrip(b"\n"))
             if len(batch) >= M.FILES_PER_RECORD:
                 yield from flush()
-                batch = []
+                batch, raw = [], []
         if batch:
             yield from flush()
     finally:

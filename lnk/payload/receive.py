@@ -133,11 +133,15 @@ def receive_records(
     stream_id: str = "",
 ) -> ReceiveReport:
     """Receive a payload given as records (HEAD, FILES, DATA, COLLECTION, SUMMARY) rather
-    than a sealed stream (a restore from a backup): the same checks, the same atomic apply."""
+    than a sealed stream (a restore from a backup): the same checks, the same atomic apply.
+
+    A snapshot carries the bytes of every file that has any (a hard link's by its group's
+    first), so no later entry looks for content in the receiver's objects: nothing is
+    linked there (an entry that did would be refused as holding content held nowhere)."""
     commit.finish_pending(machine)
     r = prepare(machine)
     try:
-        return _receive(machine, r, records, lambda: stream_id, store, progress)
+        return _receive(machine, r, records, lambda: stream_id, store, progress, keep_objects=False)
     finally:
         if not (r.dir / commit.JOURNAL).exists():
             r.abandon()
@@ -150,8 +154,10 @@ def _receive(
     stream_id: Callable[[], str],
     store: str | None,
     progress: Callable[[int], None] | None,
+    *,
+    keep_objects: bool = True,
 ) -> ReceiveReport:
-    stage = Stage(r, store)
+    stage = Stage(r, store, keep_objects)
     existing: Agent | None = None
     try:
         for rtype, body in records:

@@ -43,8 +43,13 @@ def disk_full(e: OSError) -> TransportError:
 class Stage(CollectionStaging):
     """Receives one stream's payload into ``<receiver>/work``."""
 
-    def __init__(self, receiver: Receiver, store_driver: str | None) -> None:
+    def __init__(
+        self, receiver: Receiver, store_driver: str | None, keep_objects: bool = True
+    ) -> None:
         self.r = receiver
+        # a file's content also linked into the receiver's objects, for a later entry of
+        # the same content (a stream may send it once) and an interrupted receive's retry
+        self.keep_objects = keep_objects
         self.work = receiver.dir / "work"
         safefs.rmtree(self.work)
         self.work.mkdir()
@@ -350,9 +355,9 @@ class Stage(CollectionStaging):
                 os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
             finally:
                 os.close(fd)
-            # the content is held in this receiver too: a later entry of it finds it there
-            with contextlib.suppress(FileExistsError):
-                os.link(self.cur_target, f"{self.r.objects_s}/{e.sha256}")
+            if self.keep_objects:  # held in this receiver too: a later entry finds it there
+                with contextlib.suppress(FileExistsError):
+                    os.link(self.cur_target, f"{self.r.objects_s}/{e.sha256}")
             return
         os.close(fd)
         if self.cur_hash.hexdigest() != e.sha256:
