@@ -5,10 +5,9 @@ One walk (:func:`lnk.payload.walk.walk_agent`, the stream's) gives every entry a
 at each folder's end, its digest.  A folder whose digest is the one the last backup
 to this repository saw, and whose lines that backup kept (``DirCache``), is written
 from those lines: none of its files is opened, or even looked up one by one
-(:func:`lnk.payload.folders.collapse`).  Elsewhere a file whose stat is the one the
-last backup read is stored by its known chunks, and any other file is read: a small
-one whole, in one call, a big one a chunk at a time.  A SQLite database (told by its
-first bytes) is stored as a snapshot taken through SQLite's backup API.
+(:func:`lnk.payload.folders.collapse`).  Elsewhere each file is stored by
+:class:`lnk.backup.file_reads.FileSaver`: by its known chunks when its stat is the one
+the last backup read, else read (small files ahead, on reader threads).
 
 Modes are written as a receiver makes them (a file ``| 0o600``, a folder ``| 0o700``,
 no setuid, setgid or sticky bit), as the folder digest covers them: a restore goes
@@ -17,19 +16,16 @@ through the stream's receiver, which does the same.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
-import stat
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
+from lnk.backup.file_reads import FileSaver, file_mode
 from lnk.backup.filecache import ChunkCache, DirCache, DirRow
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
@@ -37,48 +33,15 @@ from lnk.payload.folders import collapse
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import (
     DIGEST_TAG,
-    SQLITE_MAGIC,
     WalkedFile,
     WalkStats,
     dir_line,
     file_line,
     link_line,
-    sqlite_snapshot,
     walk_agent,
 )
 
 SPOOL = 4 << 20
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
-RACY_NS = 2_000_000_000  # a file changed this close to its read is read again next time
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _open(path: str | Path) -> int:
-    """Open a file to read its content (never through a link)."""
-    return os.open(path, _OPEN)
-
-
-def _read(fd: int, n: int) -> bytes:
-    """Every byte of file content a backup reads goes through here."""
-    return os.read(fd, n)
-
-
-class _Stream:
-    """A file read from ``fd`` after ``first`` (already read), hashed and counted."""
-
-    def __init__(self, fd: int, first: bytes) -> None:
-        self.fd, self.first = fd, first
-        self.h = hashlib.sha256(first)
-        self.n = len(first)
-
-    def read(self, n: int = -1) -> bytes:
-        if self.first:
-            data, self.first = self.first, b""
-            return data
-        data = _read(self.fd, n if n > 0 else 1 << 20)
-        self.h.update(data)
-        self.n += len(data)
-        return data
 
 
 class _Dir:
@@ -124,10 +87,6 @@ class _Segment:
         self.entries = self.files = self.bytes = 0
 
 
-def file_mode(mode: int) -> int:
-    return (mode & 0o777) | 0o600
-
-
 def dir_mode(mode: int) -> int:
     return (mode & 0o777) | 0o700
 
@@ -148,13 +107,12 @@ class FilesBackup:
         self.w, self.agent, self.out = w, agent, entries
         self.cache, self.chunks = caches
         self.dirs = DirCache(self.chunks)
+        self.saver = FileSaver(w, self.cache, self.chunks, snap_dir)
         self.snap_dir, self.layout, self.progress = snap_dir, layout, progress
         self.entries = self.files = self.bytes = 0
-        self.groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
         self.ready: dict[str, _Segment] = {}  # folders accepted whole, not yet written
         self.seen: set[str] = set()  # every folder of this backup (rows kept)
         self.stack: list[_Dir] = []
-        self._vouched = False  # the last file stored: the hash cache vouches for it now
 
     # ---- the walk -------------------------------------------------------------
     def run(self) -> None:
@@ -211,7 +169,7 @@ class FilesBackup:
                 top.items.append(b"E" + line)
                 top.entries += 1
             return
-        got = self._file(f)
+        got = self.saver.file(f)
         if got is None:  # gone, or no longer a regular file: not in this backup
             if top is not None:
                 top.ok = False
@@ -219,6 +177,8 @@ class FilesBackup:
         sha, size, tree, ids = got
         data = bool(tree)  # a hard link after its group's first carries no bytes
         carried = size if data else 0
+        if self.progress and carried:
+            self.progress(carried)
         self.files += 1
         self.bytes += carried
         line = self._line(
@@ -227,7 +187,7 @@ class FilesBackup:
         if top is not None:
             if f.sha256 and sha != f.sha256:
                 top.ok = False  # changed since the walk saw it: its digest is not this
-            if self._vouched and f.group is None:
+            if self.saver.vouched and f.group is None:
                 name = f.rel.rpartition("/")[2]
                 top.h.update(_utf8(file_line(name, f.mode, size, f.mtime_ns, sha)))
             else:
@@ -333,98 +293,6 @@ class FilesBackup:
             name = f.rel.rpartition("/")[2]
             top.items.append(b"S" + M.dump([name, f.kept]) + b"\n")
             top.h.update(_utf8(dir_line(name, f.mode, f.kept)))
-
-    # ---- one file -------------------------------------------------------------
-    def _file(self, f: WalkedFile) -> tuple[str, int, bytes, bytes] | None:
-        """(SHA-256, size, tree line, blob IDs) of one file as stored; None if it went."""
-        w = self.w
-        self._vouched = False  # a hard link or a database: no folder digest
-        if f.group is not None and not f.group_first and f.group in self.groups:
-            sha, size = self.groups[f.group]
-            return sha, size, b"", b""
-        if f.size == 0 and f.group is None:
-            self._vouched = True
-            return EMPTY_SHA, 0, b"", b""
-        assert f.source is not None
-        got = self._store(f, f"agent/{f.rel}", file_mode(f.mode))
-        if got is None:
-            return None
-        sha, size, ids = got
-        if size == 0:
-            sha = EMPTY_SHA
-        if f.group is not None:
-            self.groups[f.group] = (sha, size)
-        if self.progress:
-            self.progress(size)
-        return sha, size, (w.last_line if size else b""), ids
-
-    def _store(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes] | None:
-        w, rel = self.w, f.rel
-        step = w.repo.chunk_size
-        st = f.st
-        try:
-            if st is None:
-                st = os.lstat(f.source)  # type: ignore[arg-type]
-        except FileNotFoundError:
-            return None
-        hit = self.chunks.file(rel, st) if stat.S_ISREG(st.st_mode) else None
-        if (
-            hit is not None
-            and len(hit[1]) == -(-st.st_size // step)
-            and w.add_known(path, mode, st.st_size, hit[1])  # unchanged: not even opened
-        ):
-            # remembered from a read the stat still vouches for, and the walk saw this stat
-            self._vouched = st.st_mtime_ns == f.mtime_ns and st.st_size == f.size
-            return hit[0], st.st_size, b"".join(bytes.fromhex(c) for c in hit[1])
-        try:
-            fd = _open(f.source)  # type: ignore[arg-type]
-        except OSError as e:
-            if e.errno in (errno.ENOENT, errno.ELOOP):  # gone, or now a link
-                return None
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            t0 = time.time_ns()
-            small = st.st_size < step
-            first = _read(fd, st.st_size + 1 if small else step)
-            if first[:16] == SQLITE_MAGIC:
-                return self._store_sqlite(f, path, mode)
-            if small and len(first) <= st.st_size:  # all of it, in one read
-                sha = hashlib.sha256(first).hexdigest()
-                n = len(first)
-                chunks = w.add_bytes(path, mode, first)
-            else:
-                src = _Stream(fd, first)
-                chunks = w.add_file(path, mode, src)
-                sha, n = src.h.hexdigest(), src.n
-            after = os.fstat(fd)
-        finally:
-            os.close(fd)
-        if (
-            n == st.st_size
-            and ChunkCache.key(after) == ChunkCache.key(st)
-            and st.st_mtime_ns < t0 - RACY_NS
-        ):
-            self.chunks.store_file(rel, st, sha, chunks)
-            self.cache.store(rel, st, sha)
-            self._vouched = n == f.size and st.st_mtime_ns == f.mtime_ns  # as the walk saw it
-        return sha, n, b"".join(bytes.fromhex(c) for c in chunks)
-
-    def _store_sqlite(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes]:
-        """A live database: a consistent copy through SQLite's backup API is stored."""
-        snap = sqlite_snapshot(f.source, Path(self.snap_dir))  # type: ignore[arg-type]
-        try:
-            fd = _open(snap)
-            try:
-                src = _Stream(fd, b"")
-                chunks = self.w.add_file(path, mode, src)
-            finally:
-                os.close(fd)
-        finally:
-            snap.unlink(missing_ok=True)
-        return src.h.hexdigest(), src.n, b"".join(bytes.fromhex(c) for c in chunks)
 
 
 def add_collections(w: Any, agent: Agent, chunks: ChunkCache) -> tuple[int, int]:

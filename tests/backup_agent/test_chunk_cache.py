@@ -12,7 +12,7 @@ from bk_helpers import EVENTS, age, agent_files, collections_of, give_keys, samp
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.stores import open_agent_store
-from lnk.backup import agent_files as F
+from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.filecache import ChunkCache
@@ -49,13 +49,13 @@ def test_unchanged_files_are_not_read_and_changes_are(
     finally:
         s.close()
     read: list[str] = []
-    orig = F._open
+    orig = F.open_file
 
     def spy(path: str | Path) -> int:
         read.append(str(path))
         return orig(path)
 
-    monkeypatch.setattr(F, "_open", spy)
+    monkeypatch.setattr(F, "open_file", spy)
     rep = backup_agent(src, registry.find(src, "work"), url)
     assert [Path(p).name for p in read] == ["big.bin"]  # the one changed file
     assert rep.new_blobs >= 3  # big.bin's 3 chunks, the changed log, lists

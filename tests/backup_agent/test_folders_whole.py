@@ -15,7 +15,7 @@ from bk_helpers import age, agent_files, collections_of, give_keys, sample_agent
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
-from lnk.backup import agent_files as F
+from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.filecache import ChunkCache
@@ -38,7 +38,7 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.opened: list[str] = []
         self.looked_up: list[str] = []
-        real_open, real_file = F._open, ChunkCache.file
+        real_open, real_file = F.open_file, ChunkCache.file
 
         def opening(path: str | Path) -> int:
             self.opened.append(str(path))
@@ -48,7 +48,7 @@ class Spy:
             self.looked_up.append(rel)
             return real_file(cache, rel, st)
 
-        monkeypatch.setattr(F, "_open", opening)
+        monkeypatch.setattr(F, "open_file", opening)
         monkeypatch.setattr(ChunkCache, "file", looking)
 
     def clear(self) -> None:
@@ -159,7 +159,7 @@ def test_a_file_swapped_for_a_link_after_the_walk_is_not_read_through_it(
     secret.write_bytes(b"not the agent's\n")
     victim = a.folders.home / "notes.txt"
     write(victim, b"my notes\n")
-    real_open = F._open
+    real_open = F.open_file
 
     def swap_then_open(path: str | Path) -> int:
         if str(path) == str(victim):
@@ -167,7 +167,7 @@ def test_a_file_swapped_for_a_link_after_the_walk_is_not_read_through_it(
             os.symlink(secret, victim)
         return real_open(path)
 
-    monkeypatch.setattr(F, "_open", swap_then_open)
+    monkeypatch.setattr(F, "open_file", swap_then_open)
     rep = backup_agent(src, a, local_url)
     monkeypatch.undo()
     give_keys(src, dst)

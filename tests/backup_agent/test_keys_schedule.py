@@ -17,7 +17,8 @@ from lnkrun import lnk, ok
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import LAST_BACKUP
-from lnk.backup import agent_files as F
+from lnk.backup import agent_files as AF
+from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.schedule import lnk_command, plist_text
 from lnk.transport.buckets import open_bucket
@@ -114,7 +115,7 @@ def test_an_unchanged_second_backup_reads_nothing_and_uploads_one_snapshot(
     age(a)
     backup_agent(src, a, url)
     reads: list[int] = []
-    real = F._read
+    real = F.read
 
     def counting(fd: int, n: int) -> bytes:
         data = real(fd, n)
@@ -122,7 +123,7 @@ def test_an_unchanged_second_backup_reads_nothing_and_uploads_one_snapshot(
         return data
 
     exports: list[object] = []
-    monkeypatch.setattr(F, "_read", counting)
+    monkeypatch.setattr(F, "read", counting)
     rec = Recording(open_bucket(url))
     import lnk.agents.stores as stores
 
@@ -139,7 +140,7 @@ def test_an_unchanged_second_backup_reads_nothing_and_uploads_one_snapshot(
         s.export = export  # type: ignore[method-assign]
         return s
 
-    monkeypatch.setattr(F, "open_agent_store", spy_store)
+    monkeypatch.setattr(AF, "open_agent_store", spy_store)
     rep = backup_agent(src, a, url, bucket=rec)
     assert sum(reads) == 0 and exports == []
     assert rep.new_blobs == 0
