@@ -27,7 +27,8 @@ from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, sqlite_snapshot
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 RACY_NS = 2_000_000_000
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# never through a link; a fifo swapped in after the walk does not block the open
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def open_file(path: str | Path) -> int:
@@ -134,27 +135,25 @@ class FileSaver:
                 src = Stream(fd, first)
                 chunks = w.add_file(path, mode, src)
                 sha, n = src.h.hexdigest(), src.n
-            after = os.fstat(fd)
         finally:
             os.close(fd)
-        return self._remember(f, st, after, t0, sha, n, chunks)
+        return self._remember(f, st, t0, sha, n, chunks)
 
     def _remember(
         self,
         f: WalkedFile,
         st: os.stat_result,
-        after: os.stat_result,
         t0: int,
         sha: str,
         n: int,
         chunks: list[str],
     ) -> tuple[str, int, bytes]:
-        """Cache what was read, unless it changed while read or just before."""
-        if (
-            n == st.st_size
-            and ChunkCache.key(after) == ChunkCache.key(st)
-            and st.st_mtime_ns < t0 - RACY_NS
-        ):
+        """Cache what was read by the stat ``st`` it had as the read began at ``t0``,
+        unless it was changed less than two seconds before: then a change during or
+        after the read would leave the same stat (the clock moves in steps).  Otherwise
+        any later write moves its mtime past ``t0``, so this stat never vouches for other
+        bytes, and no second stat is needed."""
+        if n == st.st_size and st.st_mtime_ns < t0 - RACY_NS:
             self.chunks.store_file(f.rel, st, sha, chunks)
             self.cache.store(f.rel, st, sha)
             self.vouched = n == f.size and st.st_mtime_ns == f.mtime_ns  # as the walk saw it
