@@ -177,3 +177,27 @@ def test_a_file_swapped_for_a_link_after_the_walk_is_not_read_through_it(
     assert rep.files >= 1
     stored = b"".join(p.read_bytes() for p in back.rglob("*") if p.is_file() and not p.is_symlink())
     assert b"not the agent's" not in stored
+
+
+def test_a_fifo_swapped_in_after_the_walk_neither_blocks_nor_is_stored(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = sample_agent(src)
+    victim = a.folders.home / "notes.txt"
+    write(victim, b"my notes\n")
+    real_open = F.open_file
+
+    def swap_then_open(path: str | Path) -> int:
+        if str(path) == str(victim) and not victim.is_fifo():
+            victim.unlink()
+            os.mkfifo(victim)  # nobody writes it: a blocking open would hang here
+        return real_open(path)
+
+    monkeypatch.setattr(F, "open_file", swap_then_open)
+    backup_agent(src, a, local_url)
+    monkeypatch.undo()
+    give_keys(src, dst)
+    restore_agent(dst, "work", local_url, force=True)
+    back = registry.find(dst, "work").folders.home
+    assert not (back / "notes.txt").exists()
+    assert (back / "run.sh").read_bytes() == b"#!/bin/sh\necho hi\n"  # the rest is there
