@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> None:
                 [sys.executable, "-m", "lnk", *args],
                 env=env | {"HOME": str(at)},
                 stdin=stdin,
-                cold=False,
+                settled=True,
             )
 
         def restic(*args: str) -> Run:
-            return timed(["restic", "-q", "-r", repo, *args], env=env, cold=False)
+            return timed(["restic", "-q", "-r", repo, *args], env=env, settled=True)
 
         restic("init")
         rows: dict[str, dict[str, Run]] = {"lnk": {}, "restic": {}}
