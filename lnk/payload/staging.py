@@ -30,6 +30,15 @@ from lnk.payload.stage_collections import CollectionStaging
 
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)  # read it (the only way), then put it back
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
 _PART = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -324,7 +333,8 @@ class Stage(CollectionStaging):
                 e = self.pending[0]
                 if self.direct:  # its folder was made when its entry came
                     self.cur_target = self.staged(e.path)
-                    fd = os.open(self.cur_target, _NEW, 0o600)
+                    # made with its mode where the umask leaves it whole (no chmod after)
+                    fd = os.open(self.cur_target, _NEW, e.mode if not e.mode & _UMASK else 0o600)
                 else:
                     self.cur_target = None
                     fd = os.open(self.work / "incoming" / "part", _PART, 0o600)
@@ -351,7 +361,8 @@ class Stage(CollectionStaging):
                 os.close(fd)
                 raise M.bad(f"the bytes of {e.path!r} do not match its SHA-256")
             try:
-                os.fchmod(fd, e.mode)
+                if e.mode & _UMASK:
+                    os.fchmod(fd, e.mode)
                 os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
             finally:
                 os.close(fd)
