@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--files", type=int, default=0, help="N source-like small files")
     p.add_argument("--size", type=float, default=1.0, help="else GiB of the mixed agent")
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
+    p.add_argument(
+        "--restore-to", type=Path, default=None, help="restore here (a tmpfs: see bench_backup)"
+    )
     a = p.parse_args(argv)
     top = a.dir or Path(tempfile.mkdtemp(prefix="lnk-bench-s3-"))
     top.mkdir(parents=True, exist_ok=True)
@@ -56,9 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     work = top / "round"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
-    home, home_b, out = work / "home", work / "home-b", work / "restic-out"
+    dest = a.restore_to or work
+    for old in ("home-b", "restic-out"):
+        shutil.rmtree(dest / old, ignore_errors=True)
+    home, home_b, out = work / "home", dest / "home-b", dest / "restic-out"
     subprocess.run(["cp", "-a", str(master), str(home)], check=True)
-    home_b.mkdir()
+    home_b.mkdir(parents=True)
     root = Machine(home).folders(NAME).root
     rgw = RadosGateway(str(work / "ceph"))
     try:
