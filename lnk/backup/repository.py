@@ -21,7 +21,7 @@ import hmac
 import json
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,9 +40,13 @@ CHUNK_SIZE = 1024 * 1024
 PACK_SIZE = 16 * 1024 * 1024
 ENVELOPE_MAGIC = b"LNKBKE1\n"
 FETCHERS = 8  # concurrent GETs of small objects (indexes, snapshots)
+INDEX_SLICE = 32  # index documents fetched and held at once
 
 
-@dataclass(frozen=True)
+_KINDS = {"data": "data", "tree": "tree"}
+
+
+@dataclass(frozen=True, slots=True)
 class BlobRef:
     """Where one blob lives: its pack, offset and stored length."""
 
@@ -253,6 +257,13 @@ class Repository:
     ) -> dict[str, dict[str, Any]]:
         """pack -> its index document, fetched concurrently (default: every index).
         With ``missing_ok`` an index that is gone is left out rather than an error."""
+        return dict(self.iter_indexes(packs, missing_ok=missing_ok))
+
+    def iter_indexes(
+        self, packs: Iterable[str] | None = None, *, missing_ok: bool = False
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(pack, its index document), fetched concurrently a slice at a time: only a
+        slice of documents is held at once, whatever the repository's size."""
         names = self.index_names() if packs is None else list(dict.fromkeys(packs))
 
         def one(pack: str) -> tuple[str, dict[str, Any] | None]:
@@ -264,7 +275,10 @@ class Repository:
                 raise
 
         with ThreadPoolExecutor(FETCHERS, "lnk-backup-index") as pool:
-            return {p: d for p, d in pool.map(one, names) if d is not None}
+            for at in range(0, len(names), INDEX_SLICE):
+                for p, d in pool.map(one, names[at : at + INDEX_SLICE]):
+                    if d is not None:
+                        yield p, d
 
     def load_index(
         self,
@@ -280,7 +294,7 @@ class Repository:
         a writer stores it again (that is how a repository heals)."""
         damaged = self.damaged_packs()
         found: dict[bytes, BlobRef] = {}
-        for pack, doc in self.read_indexes(packs, missing_ok=missing_ok).items():
+        for pack, doc in self.iter_indexes(packs, missing_ok=missing_ok):
             bad = pack in damaged
             if bad and skip_damaged:
                 continue
@@ -288,7 +302,8 @@ class Repository:
                 key = bytes.fromhex(blob_id)
                 if bad and key in found:
                     continue
-                found[key] = BlobRef(pack, offset, length, kind)
+                # one str per kind, not one per blob (a million blobs: 50 MB)
+                found[key] = BlobRef(pack, offset, length, _KINDS.get(kind, kind))
         return found
 
     def blob_copies(self) -> dict[bytes, list[BlobRef]]:
