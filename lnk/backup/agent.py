@@ -18,7 +18,6 @@ so every check and the atomic apply of a move are reused.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -47,7 +46,6 @@ ENTRIES = "meta/entries.jsonl"
 HEAD = "meta/head.json"
 SUMMARY = "meta/summary.json"
 SPOOL = 4 << 20
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
 @dataclass

@@ -7,7 +7,7 @@ to this repository saw, and whose lines that backup kept (``DirCache``), is writ
 from those lines: none of its files is opened, or even looked up one by one
 (:func:`lnk.payload.folders.collapse`).  Elsewhere each file is stored by
 :class:`lnk.backup.file_reads.FileSaver`: by its known chunks when its stat is the one
-the last backup read, else read (small files ahead, on reader threads).
+the last backup read, else read once.
 
 Modes are written as a receiver makes them (a file ``| 0o600``, a folder ``| 0o700``,
 no setuid, setgid or sticky bit), as the folder digest covers them: a restore goes
@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
-from lnk.backup.file_reads import FileSaver, file_mode
+from lnk.backup.file_reads import FileSaver
 from lnk.backup.filecache import ChunkCache, DirCache, DirRow
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
@@ -85,10 +85,6 @@ class _Segment:
         self.tree: list[bytes] = []
         self.ids = bytearray()
         self.entries = self.files = self.bytes = 0
-
-
-def dir_mode(mode: int) -> int:
-    return (mode & 0o777) | 0o700
 
 
 class FilesBackup:
@@ -153,7 +149,7 @@ class FilesBackup:
     def _entry(self, f: WalkedFile) -> None:
         top = self.stack[-1] if self.stack else None
         if f.kind == "d":
-            line = self._line(M.FileEntry(f.rel, "d", dir_mode(f.mode)))
+            line = self._line(M.FileEntry(f.rel, "d", M.dir_mode(f.mode)))
             self.seen.add(f.rel)
             slot = -1
             if top is not None:
@@ -182,7 +178,7 @@ class FilesBackup:
         self.files += 1
         self.bytes += carried
         line = self._line(
-            M.FileEntry(f.rel, "f", file_mode(f.mode), size, sha, f.group, data, f.mtime_ns)
+            M.FileEntry(f.rel, "f", M.file_mode(f.mode), size, sha, f.group, data, f.mtime_ns)
         )
         if top is not None:
             if f.sha256 and sha != f.sha256:

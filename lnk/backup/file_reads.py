@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from lnk.backup.filecache import ChunkCache
-from lnk.payload.hashcache import HashCache
+from lnk.payload.hashcache import RACY_NS, HashCache
+from lnk.payload.manifest import EMPTY_SHA, file_mode
 from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, sqlite_snapshot
 
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
-RACY_NS = 2_000_000_000
 # never through a link; a fifo swapped in after the walk does not block the open
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -39,11 +38,6 @@ def open_file(path: str | Path) -> int:
 def read(fd: int, n: int) -> bytes:
     """Every byte of file content a backup reads goes through here."""
     return os.read(fd, n)
-
-
-def file_mode(mode: int) -> int:
-    """A file's mode as a receiver writes it (what the folder digest covers)."""
-    return (mode & 0o777) | 0o600
 
 
 class Stream:

@@ -14,6 +14,10 @@ from pathlib import Path
 
 from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
 
+# a file changed this close to when it was read may change again within the clock's step
+# and keep its stat: such a read is not remembered (git's "racily clean")
+RACY_NS = 2_000_000_000
+
 
 class HashCache(CacheDB):
     """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same.

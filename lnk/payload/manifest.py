@@ -16,6 +16,7 @@ Everything here is pure: it parses and validates, it never touches a disk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
@@ -57,6 +58,20 @@ PHASES = ("full", "bulk", "final")
 # where files may go: Home and the agent's file-kept folders (chats/ travels as collections)
 FILE_ROOTS = ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/schedule")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+
+
+def file_mode(mode: int) -> int:
+    """A file's mode as a receiver writes it: owner read and write, no setuid, setgid
+    or sticky bit (what a folder digest covers, and what a backup records)."""
+    return (mode & 0o777) | 0o600
+
+
+def dir_mode(mode: int) -> int:
+    """A folder's mode as a receiver makes it."""
+    return (mode & 0o777) | 0o700
+
+
 # the agent reads these and never writes them (the sandbox mounts them read-only)
 READ_ONLY_ROOTS = ("Agent/instructions", "Agent/skills")
 
@@ -175,7 +190,7 @@ class FileEntry:
             kept = d.get("k", "")
             if "k" in d and (not isinstance(kept, str) or not SHA_RE.match(kept)):
                 raise bad(f"the folder {path!r} has an invalid digest")
-            return cls(path, "d", mode | 0o700, kept=kept)
+            return cls(path, "d", dir_mode(mode), kept=kept)
         if "k" in d:
             raise bad(f"{path!r} carries a folder digest but is not a folder")
         size, sha, group, data, mtime = (
@@ -197,7 +212,7 @@ class FileEntry:
             raise bad(f"{path!r} has an invalid data flag")
         if not isinstance(mtime, int) or isinstance(mtime, bool) or not 0 <= mtime <= MAX_MTIME_NS:
             raise bad(f"{path!r} has an invalid mtime")
-        return cls(path, "f", mode | 0o600, size, sha, group, data, mtime)
+        return cls(path, "f", file_mode(mode), size, sha, group, data, mtime)
 
     @classmethod
     def _link(cls, path: str, d: dict[str, Any]) -> FileEntry:

@@ -27,7 +27,7 @@ from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head
 from lnk.payload.folders import collapse
-from lnk.payload.hashcache import HashCache
+from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.reading import SETTLE_TRIES, Slot, read_chunk, read_settled, same_stat
 from lnk.payload.spool import send_spool, spool_collections
@@ -37,8 +37,6 @@ BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
 SMALL_FILE = 1 << 20  # files up to this size are read once, into memory, before their entry
 READERS = 4  # threads reading and hashing files (the system calls and hashlib free the GIL)
-RACY_NS = 2_000_000_000  # a stat this recent does not vouch for the content's hash
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
 @dataclass
@@ -226,7 +224,7 @@ class _Sender:
                         f.st, f.read_at = got.st, got.t0
                         self.groups[f.group] = (size, sha)
             if size == 0:
-                sha = EMPTY_SHA
+                sha = M.EMPTY_SHA
             r.entries += 1
             r.files += 1
             r.file_bytes += size

@@ -28,7 +28,6 @@ from lnk.payload.hashcache import HashCache
 from lnk.payload.receivers import Receiver
 from lnk.payload.stage_collections import CollectionStaging
 
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -308,7 +307,7 @@ class Stage(CollectionStaging):
     def _resolve_unresolved(self) -> None:
         for e in self.unresolved:
             if e.size == 0:
-                if e.sha256 != EMPTY_SHA:
+                if e.sha256 != M.EMPTY_SHA:
                     raise M.bad(f"{e.path!r} is empty but its SHA-256 is not that of nothing")
                 continue
             if e.group is not None:

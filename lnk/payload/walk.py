@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lnk.payload.hashcache import HashCache
-from lnk.payload.manifest import FILE_ROOTS, read_only
+from lnk.payload.manifest import EMPTY_SHA, FILE_ROOTS, dir_mode, file_mode, read_only
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
@@ -60,12 +60,11 @@ class WalkStats:
 
 
 DIGEST_TAG = b"lnk-dir-1\n"
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
 def file_line(name: str, mode: int, size: int, mtime_ns: int, sha: str) -> str:
     """A file's line in its folder's digest (its mode as a receiver writes it)."""
-    return f"f\0{name}\0{(mode & 0o777) | 0o600:o}\0{size}\0{mtime_ns}\0{sha}\n"
+    return f"f\0{name}\0{file_mode(mode):o}\0{size}\0{mtime_ns}\0{sha}\n"
 
 
 def link_line(name: str, target: str) -> str:
@@ -74,7 +73,7 @@ def link_line(name: str, target: str) -> str:
 
 def dir_line(name: str, mode: int, digest: str) -> str:
     """A subfolder's line in its folder's digest (its mode as a receiver makes it)."""
-    return f"d\0{name}\0{(mode & 0o777) | 0o700:o}\0{digest}\n"
+    return f"d\0{name}\0{dir_mode(mode):o}\0{digest}\n"
 
 
 class _Frame:
