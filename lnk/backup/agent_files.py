@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,13 +77,14 @@ class _Dir:
 class _Segment:
     """A folder written from the last backup's lines: entry lines, tree lines, blobs."""
 
-    __slots__ = ("bytes", "dirs", "entries", "files", "ids", "lines", "tree")
+    __slots__ = ("bytes", "dirs", "entries", "files", "ids", "lines", "packs", "tree")
 
     def __init__(self) -> None:
         self.dirs: list[str] = []  # the folders it holds, itself first
         self.lines: list[bytes] = []
         self.tree: list[bytes] = []
-        self.ids = bytearray()
+        self.ids = bytearray()  # the blobs its own rows name (checked once, at accept)
+        self.packs: set[str] = set()  # the packs holding every blob it names
         self.entries = self.files = self.bytes = 0
 
 
@@ -218,16 +219,15 @@ class FilesBackup:
         and every blob still in the repository); if so, its lines are made ready."""
         seg = _Segment()
         inner: list[str] = []  # subfolders accepted on their own already: spliced in
-        todo: list[tuple[str, list[bytes], list[int]]] = []
+        todo: list[tuple[str, Iterator[bytes]]] = []  # the rows being read, innermost last
         if not self._open_row(seg, todo, rel, digest):
             return False
         while todo:
-            at, items, pos = todo[-1]
-            if pos[0] >= len(items):
+            at, items = todo[-1]
+            item = next(items, None)
+            if item is None:
                 todo.pop()
                 continue
-            item = items[pos[0]]
-            pos[0] += 1
             tag = item[:1]
             if tag == b"E":
                 seg.lines.append(item[1:] + b"\n")
@@ -248,11 +248,13 @@ class FilesBackup:
                     return False
             else:
                 return False
-        if not self.w.holds(bytes(seg.ids)):
+        packs = self.w.packs_of(bytes(seg.ids))
+        if packs is None:
             return False  # a prune took some: its files are read again
+        seg.packs = packs
         for sub in inner:
             done = self.ready.pop(sub)
-            seg.ids += done.ids
+            seg.packs |= done.packs
             seg.dirs.extend(done.dirs)
             seg.entries += done.entries
             seg.files += done.files
@@ -261,12 +263,12 @@ class FilesBackup:
         return True
 
     def _open_row(
-        self, seg: _Segment, todo: list[tuple[str, list[bytes], list[int]]], rel: str, digest: str
+        self, seg: _Segment, todo: list[tuple[str, Iterator[bytes]]], rel: str, digest: str
     ) -> bool:
         row = self.dirs.row(rel)
         if row is None or row.digest != digest:
             return False
-        todo.append((rel, row.body.split(b"\n")[:-1], [0]))
+        todo.append((rel, iter(row.body.split(b"\n")[:-1])))
         seg.dirs.append(rel)
         seg.ids += row.ids
         seg.entries += row.entries
@@ -277,7 +279,7 @@ class FilesBackup:
     def _whole(self, f: WalkedFile) -> None:
         seg = self.ready.pop(f.rel)
         self.out.write(b"".join(seg.lines))
-        self.w.add_lines(b"".join(seg.tree), bytes(seg.ids), seg.files, seg.bytes)
+        self.w.add_lines(b"".join(seg.tree), seg.packs, seg.files, seg.bytes)
         self.entries += seg.entries
         self.files += seg.files
         self.bytes += seg.bytes

@@ -69,8 +69,7 @@ class SnapshotReader:
         # for in every other pack (a backup after a verify may have stored it again)
         self.index: dict[bytes, BlobRef] = repo.load_index(self.info.packs, missing_ok=True)
         self._copies: dict[bytes, list[BlobRef]] | None = None
-        self._data_keys: dict[bytes, bytes] = {}
-        self._aeads: dict[bytes, Any] = {}  # data key -> its AES-GCM context
+        self._runs: dict[bytes, Any] = {}  # run ID -> the AES-GCM context of its data key
         self._local = threading.local()  # a zstd decompressor per thread
         self._pack_name: str | None = None
         self._pack: bytes = b""
@@ -83,18 +82,20 @@ class SnapshotReader:
             self._pack_name = name
         return self._pack
 
-    def _data_key(self, pack: bytes, name: str) -> bytes:
+    def _run_aead(self, pack: bytes, name: str) -> Any:
+        """The AES-GCM context of the data key sealed in ``pack``'s header (opened once
+        per run)."""
         head = len(PACK_MAGIC)
         if not pack.startswith(PACK_MAGIC) or len(pack) < head + 18:
             raise BackupError(f"pack {name} is damaged (no header)", hint="run a verify")
         run_id = pack[head : head + 16]
-        if run_id not in self._data_keys:
+        ctx = self._runs.get(run_id)
+        if ctx is None:
             (n,) = struct.unpack(">H", pack[head + 16 : head + 18])
             sealed = pack[head + 18 : head + 18 + n]
-            self._data_keys[run_id] = crypto.open_with(
-                self.key, sealed, run_info(self.repo, run_id)
-            )
-        return self._data_keys[run_id]
+            key = crypto.open_with(self.key, sealed, run_info(self.repo, run_id))
+            ctx = self._runs[run_id] = crypto.aead(key)
+        return ctx
 
     def chunk(self, blob_hex: str, kind: str = "data") -> bytes:
         blob_id = bytes.fromhex(blob_hex)
@@ -132,10 +133,7 @@ class SnapshotReader:
 
     def _open_in(self, pack: bytes, ref: BlobRef, blob_id: bytes) -> bytes:
         """Open the blob at ``ref`` in the bytes of its ``pack`` (thread-safe)."""
-        data_key = self._data_key(pack, ref.pack)
-        ctx = self._aeads.get(data_key)
-        if ctx is None:
-            ctx = self._aeads[data_key] = crypto.aead(data_key)
+        ctx = self._run_aead(pack, ref.pack)
         sealed = pack[ref.offset : ref.offset + ref.length]
         plain = crypto.decrypt_with(
             ctx, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"

@@ -310,7 +310,7 @@ class Repository:
         """blob id -> every copy the indexes list, copies in undamaged packs first."""
         damaged = self.damaged_packs()
         out: dict[bytes, list[BlobRef]] = {}
-        for pack, doc in self.read_indexes(missing_ok=True).items():
+        for pack, doc in self.iter_indexes(missing_ok=True):
             for blob_id, kind, offset, length in doc["blobs"]:
                 out.setdefault(bytes.fromhex(blob_id), []).append(
                     BlobRef(pack, offset, length, kind)

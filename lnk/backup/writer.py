@@ -164,9 +164,7 @@ class SnapshotWriter:
                     self._settle_until(item)
                     big = 0
         chunks = [self._resolve(i).hex() for i in items]
-        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
-        self.files += 1
-        self.bytes += size
+        self._file_entry(path, mode, size, chunks)
         self._keep_lock()
         return chunks
 
@@ -179,9 +177,7 @@ class SnapshotWriter:
         for part in line_cuts(fileobj, self.repo.chunk_size):
             chunks.append(self._add_chunk("data", part).hex())
             size += len(part)
-        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
-        self.files += 1
-        self.bytes += size
+        self._file_entry(path, mode, size, chunks)
         return chunks
 
     def add_bytes(self, path: str, mode: int, data: bytes) -> list[str]:
@@ -195,31 +191,29 @@ class SnapshotWriter:
             items = [self._enqueue("data", data[i : i + step]) for i in range(0, len(data), step)]
         chunks = [self._resolve(i).hex() for i in items]
         size = len(data)
-        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
-        self.files += 1
-        self.bytes += size
+        self._file_entry(path, mode, size, chunks)
         return chunks
 
-    def holds(self, ids: bytes) -> bool:
-        """Whether every blob of ``ids`` (32-byte IDs, end to end) is stored or on its way
-        in this run."""
+    def packs_of(self, ids: bytes) -> set[str] | None:
+        """The packs holding the blobs ``ids`` (32-byte IDs, end to end); None when one
+        of them is neither stored nor on its way in this run (whose own packs count
+        anyway)."""
         known, pending, queued = self.known, self._pending, self._queued_ids
+        packs: set[str] = set()
         for at in range(0, len(ids), 32):
             i = ids[at : at + 32]
-            if i not in known and i not in pending and i not in queued:
-                return False
-        return True
-
-    def add_lines(self, lines: bytes, ids: bytes, files: int, size: int) -> None:
-        """Tree lines this repository stored before, verbatim (a folder unchanged since the
-        last backup: :meth:`holds` said yes to its blobs ``ids``), for ``files`` files of
-        ``size`` bytes."""
-        known = self.known
-        referenced = self._referenced
-        for at in range(0, len(ids), 32):
-            ref = known.get(ids[at : at + 32])
+            ref = known.get(i)
             if ref is not None:
-                referenced.add(ref.pack)
+                packs.add(ref.pack)
+            elif i not in pending and i not in queued:
+                return None
+        return packs
+
+    def add_lines(self, lines: bytes, packs: set[str], files: int, size: int) -> None:
+        """Tree lines this repository stored before, verbatim (a folder unchanged since the
+        last backup), naming blobs in ``packs`` (:meth:`packs_of`), for ``files`` files of
+        ``size`` bytes."""
+        self._referenced |= packs
         self._tree.write(lines)
         self.files += files
         self.bytes += size
@@ -239,9 +233,7 @@ class SnapshotWriter:
         ):
             return False
         self._referenced.update(r.pack for r in refs if r is not None)
-        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
-        self.files += 1
-        self.bytes += size
+        self._file_entry(path, mode, size, chunks)
         return True
 
     def add_blob(self, name: str, data: bytes) -> None:
@@ -272,6 +264,11 @@ class SnapshotWriter:
         self._flush()
         self._wait_upload()
         self.abort()
+
+    def _file_entry(self, path: str, mode: int, size: int, chunks: list[str]) -> None:
+        self._entry({"t": "f", "path": path, "mode": mode & 0o7777, "size": size, "chunks": chunks})
+        self.files += 1
+        self.bytes += size
 
     def _entry(self, doc: dict[str, Any]) -> None:
         self.last_line = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
