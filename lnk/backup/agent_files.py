@@ -74,6 +74,34 @@ class _Dir:
         self.slot = slot  # its place in its parent's items (-1: a root)
 
 
+class _Row:
+    """A folder row being read: its items, and how each of its lines must begin (its
+    own entry, or an entry or tree line below it: never a sibling's, never elsewhere)."""
+
+    __slots__ = ("entry", "items", "rel", "tree")
+
+    def __init__(self, rel: str, items: Iterator[bytes]) -> None:
+        self.rel, self.items = rel, items
+        self.entry = _within(b'E{"p":', M.dump(rel))
+        self.tree = _within(b'T{"t":"f","path":', json.dumps(f"agent/{rel}").encode())
+
+
+def _within(head: bytes, quoted: bytes) -> tuple[bytes, bytes]:
+    """The starts a line of the folder ``quoted`` (a JSON string) may have: the folder
+    itself (its closing quote) or a path below it (a slash)."""
+    return head + quoted, head + quoted[:-1] + b"/"
+
+
+def _one_name(name: object) -> bool:
+    """A single path component: never empty, ``.``, ``..`` or holding a slash or NUL."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\0" not in name
+    )
+
+
 class _Segment:
     """A folder written from the last backup's lines: entry lines, tree lines, blobs."""
 
@@ -219,26 +247,30 @@ class FilesBackup:
         and every blob still in the repository); if so, its lines are made ready."""
         seg = _Segment()
         inner: list[str] = []  # subfolders accepted on their own already: spliced in
-        todo: list[tuple[str, Iterator[bytes]]] = []  # the rows being read, innermost last
+        todo: list[_Row] = []  # the rows being read, innermost last
         if not self._open_row(seg, todo, rel, digest):
             return False
         while todo:
-            at, items = todo[-1]
-            item = next(items, None)
+            at = todo[-1]
+            item = next(at.items, None)
             if item is None:
                 todo.pop()
                 continue
             tag = item[:1]
-            if tag == b"E":
+            # a row is the cache's word, read back from disk: every line it gives must be
+            # of its own folder, or the folder goes file by file
+            if tag == b"E" and item.startswith(at.entry):
                 seg.lines.append(item[1:] + b"\n")
-            elif tag == b"T":
+            elif tag == b"T" and item.startswith(at.tree):
                 seg.tree.append(item[1:] + b"\n")
             elif tag == b"S":
                 try:
                     name, sub_digest = json.loads(item[1:])
-                    sub = f"{at}/{name}"
                 except (ValueError, TypeError):
                     return False
+                if not _one_name(name) or not isinstance(sub_digest, str):
+                    return False
+                sub = f"{at.rel}/{name}"
                 done = self.ready.get(sub)
                 if done is not None:
                     inner.append(sub)
@@ -247,7 +279,7 @@ class FilesBackup:
                 elif not self._open_row(seg, todo, sub, sub_digest):
                     return False
             else:
-                return False
+                return False  # unknown, or a line of another folder
         packs = self.w.packs_of(bytes(seg.ids))
         if packs is None:
             return False  # a prune took some: its files are read again
@@ -262,13 +294,11 @@ class FilesBackup:
         self.ready[rel] = seg
         return True
 
-    def _open_row(
-        self, seg: _Segment, todo: list[tuple[str, Iterator[bytes]]], rel: str, digest: str
-    ) -> bool:
+    def _open_row(self, seg: _Segment, todo: list[_Row], rel: str, digest: str) -> bool:
         row = self.dirs.row(rel)
         if row is None or row.digest != digest:
             return False
-        todo.append((rel, iter(row.body.split(b"\n")[:-1])))
+        todo.append(_Row(rel, iter(row.body.split(b"\n")[:-1])))
         seg.dirs.append(rel)
         seg.ids += row.ids
         seg.entries += row.entries

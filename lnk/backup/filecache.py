@@ -114,7 +114,7 @@ class DirCache:
     def __init__(self, cache: ChunkCache) -> None:
         self.cache = cache
         self._dctx = zstandard.ZstdDecompressor()
-        self._cctx = zstandard.ZstdCompressor(level=1)
+        self._cctx = zstandard.ZstdCompressor(level=1, write_checksum=True)  # bit rot: refused
 
     def digests(self) -> dict[str, str]:
         """Every folder this repository has lines for: path -> digest."""

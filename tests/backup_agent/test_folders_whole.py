@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import zstandard
 from bk_helpers import age, agent_files, collections_of, give_keys, sample_agent, write
 
 from lnk.agents import registry
@@ -30,6 +32,15 @@ def _tree(a: Agent) -> None:
     os.symlink("../README", h / "src" / "pkg1" / "alias.py")
     os.chmod(h / "src" / "pkg2" / "mod" / "m1.py", 0o640)
     age(a)
+
+
+def _backed_up(src: Machine, url: str) -> Agent:
+    """The sample agent with a source tree, backed up twice (its folder rows written)."""
+    a = sample_agent(src)
+    _tree(a)
+    backup_agent(src, a, url)
+    backup_agent(src, a, url)
+    return a
 
 
 class Spy:
@@ -104,10 +115,7 @@ def test_unchanged_folders_come_whole_and_a_change_reaches_only_its_folder(
 def test_a_prune_that_took_a_folders_blobs_makes_it_read_again(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = sample_agent(src)
-    _tree(a)
-    backup_agent(src, a, local_url)
-    backup_agent(src, a, local_url)
+    a = _backed_up(src, local_url)
     root = Path(local_url.removeprefix("file://"))
     for p in [
         *(root / "data").rglob("*"),
@@ -126,10 +134,7 @@ def test_a_prune_that_took_a_folders_blobs_makes_it_read_again(
 def test_damaged_or_mismatched_rows_fall_back_to_the_files(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = sample_agent(src)
-    _tree(a)
-    backup_agent(src, a, local_url)
-    backup_agent(src, a, local_url)
+    a = _backed_up(src, local_url)
     db = sqlite3.connect(a.runtime / "backup-chunks.sqlite")
     try:
         # one row's body is garbage, another names a subfolder digest that is not its own
@@ -201,3 +206,51 @@ def test_a_fifo_swapped_in_after_the_walk_neither_blocks_nor_is_stored(
     back = registry.find(dst, "work").folders.home
     assert not (back / "notes.txt").exists()
     assert (back / "run.sh").read_bytes() == b"#!/bin/sh\necho hi\n"  # the rest is there
+
+
+def test_a_row_that_speaks_for_another_folder_is_not_believed(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are read back from disk: a row whose lines name a path outside its
+    folder (elsewhere, or a sibling that shares its name's start) is not used."""
+    a = _backed_up(src, local_url)
+    db = sqlite3.connect(a.runtime / "backup-chunks.sqlite")
+    try:
+
+        def rewrite(rel: str, edit: Callable[[bytes], bytes]) -> None:
+            (body,) = db.execute(
+                "SELECT body FROM d WHERE path = CAST(? AS BLOB)", (rel,)
+            ).fetchone()
+            plain = edit(zstandard.ZstdDecompressor().decompress(body))
+            db.execute(
+                "UPDATE d SET body = ? WHERE path = CAST(? AS BLOB)",
+                (zstandard.ZstdCompressor().compress(plain), rel),
+            )
+
+        # well-formed rows, each with a line of another folder
+        rewrite(
+            "Home/src/pkg3/mod",
+            lambda b: (
+                b
+                + b'E{"p":"Home/evil.txt","t":"f","m":420,"s":0,"h":"'
+                + b"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+                + b'","d":false,"mt":0}\n'
+            ),
+        )
+        rewrite(
+            "Home/src/pkg2/mod",
+            lambda b: b.replace(b'"Home/src/pkg2/mod/m1.py"', b'"Home/src/pkg2/mod0/m1.py"'),
+        )
+        db.commit()
+    finally:
+        db.close()
+    spy = Spy(monkeypatch)
+    rep = backup_agent(src, a, local_url)
+    looked = {p.rsplit("/", 1)[0] for p in spy.looked_up if p.startswith("Home/src/")}
+    assert {"Home/src/pkg3/mod", "Home/src/pkg2/mod"} <= looked  # went file by file
+    assert "Home/src/pkg0/mod" not in looked
+    give_keys(src, dst)
+    restore_agent(dst, "work", local_url, force=True, snapshot=rep.snapshot)
+    back = registry.find(dst, "work").folders.home
+    assert not (back / "evil.txt").exists() and not (back / "src" / "pkg2" / "mod0").exists()
+    _restored_equals(src, dst, local_url)
