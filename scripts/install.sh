@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-PKGS="bubblewrap"
+PKGS="bubblewrap libseccomp2 util-linux"
 if [ "${1:-}" = "--test" ]; then
   PKGS="$PKGS openssh-server openssh-client iproute2 socat zstd age rsync restic borgbackup \
 sqlite3 time radosgw ceph-mon ceph-osd"

@@ -11,6 +11,7 @@ The file is a sandbox spec in the agent's own terms:
     [tcp]       endpoints = ["github.com:22"]
     [tools]     outside = [...]
     [commands]  allow = ["git", "/usr/bin/x", "*"]
+    [limits]    memory = "4G", processes = 1024, files = 4096   (unset: this machine's defaults)
 
 A stream is written by the machine the agent leaves, so the machine receiving
 it decides: of the stream's grants, the wide ones are dropped and named as the
@@ -42,6 +43,7 @@ KNOWN_SECTIONS = {
     "tcp",
     "tools",
     "commands",
+    "limits",
 }
 MAX_GRANTS_BYTES = 64 * 1024
 
@@ -116,6 +118,8 @@ def filter_from_stream(text: str) -> Filtered:
             dropped += [f"--tcp {e}" for e in _strs(body.get("endpoints"))]
         elif section == "tools":
             dropped += [f"--tool {t}" for t in _strs(body.get("outside"))]
+        elif section == "limits":
+            dropped += [f"--{_LIMIT_FLAGS.get(k, k)} {v}" for k, v in body.items()]
         elif section == "commands":
             keep = []
             for c in _strs(body.get("allow")):
@@ -142,6 +146,7 @@ class Field:
     flag: str  # the lnk agent allow / deny flag, without "--"
     attr: str  # the Spec attribute
     kind: str  # "paths" | "hosts" | "lan" | "ports" | "endpoints" | "mode" | "strs" | "str"
+    # | "size" | "count"
     enforced: bool  # does bubblewrap + the agent's proxy hold it here?
 
 
@@ -156,7 +161,11 @@ TABLE: tuple[Field, ...] = (
     Field("browser", "host", "browser-host", "browser", "str", False),
     Field("tools", "outside", "tool", "tools", "strs", False),
     Field("commands", "allow", "command", "commands", "strs", False),
+    Field("limits", "memory", "memory", "memory", "size", True),
+    Field("limits", "processes", "processes", "processes", "count", True),
+    Field("limits", "files", "open-files", "files", "count", True),
 )
+_LIMIT_FLAGS = {f.key: f.flag for f in TABLE if f.section == "limits"}
 BY_FLAG = {f.flag: f for f in TABLE}
 NETWORK_MODES = ("proxy", "host")
 _HOST_RE = re.compile(r"^(\*|(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|[0-9a-f:.]+)$")
@@ -176,6 +185,9 @@ class Spec:
     browser: str = ""
     tools: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
+    memory: str = ""  # "" / 0: this machine's default (lnk.sandbox.limits)
+    processes: int = 0
+    files: int = 0
     # what the table doesn't know, kept as read so start can name it and a write keeps it
     unknown: dict[str, Any] = field(default_factory=dict)
     present: set[str] = field(default_factory=set)  # "section.key" the file names
@@ -205,6 +217,20 @@ def split_endpoint(value: str) -> tuple[str, int]:
     return h, int(port)
 
 
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_MEMORY = 64 << 20
+MAX_COUNT = 1 << 20
+
+
+def parse_size(text: str) -> int:
+    """``"4G"``, ``"512M"``, ``"2GiB"`` or a number of bytes; InvalidInput otherwise."""
+    m = _SIZE_RE.match(str(text))
+    if not m or int(m.group(1)) * _UNITS[m.group(2).lower()] < MIN_MEMORY:
+        raise InvalidInput(f"{text!r} is not a size of 64M or more", hint="e.g. --memory 4G")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
 def _check_value(f: Field, value: Any, where: str) -> Any:
     """One value of ``f``, checked and normalised; InvalidInput naming the line."""
 
@@ -214,6 +240,10 @@ def _check_value(f: Field, value: Any, where: str) -> Any:
             hint=f"fix it with lnk agent deny --{f.flag} / allow --{f.flag}, or by hand",
         )
 
+    if f.kind == "count":
+        if isinstance(value, bool) or not str(value).isdigit() or not 0 < int(value) <= MAX_COUNT:
+            raise bad(f"not a count (1-{MAX_COUNT})")
+        return int(value)
     if f.kind == "ports":
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise bad("not a port number")
@@ -226,6 +256,12 @@ def _check_value(f: Field, value: Any, where: str) -> Any:
         if value not in NETWORK_MODES:
             raise bad("mode is 'proxy' or 'host'")
         return value
+    if f.kind == "size":
+        try:
+            parse_size(value)
+        except InvalidInput as e:
+            raise bad("not a size of 64M or more (e.g. 4G)") from e
+        return value.strip()
     if f.kind in ("hosts", "lan"):
         deny = value.startswith("!") and f.kind == "hosts"
         h = norm_host(value[1:] if deny else value)
@@ -256,8 +292,8 @@ def spec_from_data(data: dict[str, Any], where: str = "sandbox.toml") -> Spec:
                 spec.unknown.setdefault(section, {})[key] = value
                 continue
             spec.present.add(f"{section}.{key}")
-            if f.kind in ("mode", "str"):
-                setattr(spec, f.attr, _check_value(f, value, where) if f.kind == "mode" else value)
+            if f.kind in ("mode", "str", "size", "count"):
+                setattr(spec, f.attr, value if f.kind == "str" else _check_value(f, value, where))
                 continue
             values = value if isinstance(value, list) else [value]
             checked = [_check_value(f, v, where) for v in values]
@@ -281,7 +317,7 @@ def spec_to_data(spec: Spec) -> dict[str, Any]:
         value = getattr(spec, f.attr)
         if value == getattr(default, f.attr) and f"{f.section}.{f.key}" not in spec.present:
             continue
-        if value in ("", []) and f.attr != "hosts":
+        if value in ("", [], 0) and f.attr != "hosts":
             continue
         out.setdefault(f.section, {})[f.key] = value
     for section, body in spec.unknown.items():
@@ -308,7 +344,7 @@ def unenforceable(spec: Spec) -> list[str]:
     """What the file says that this machine's sandbox can't hold, each named as its line."""
     out: list[str] = []
     for f in TABLE:
-        if not f.enforced and getattr(spec, f.attr) not in ("", []):
+        if not f.enforced and getattr(spec, f.attr) not in ("", [], 0):
             out.append(f"[{f.section}] {f.key}")
     for section, body in spec.unknown.items():
         if isinstance(body, dict):
@@ -353,6 +389,17 @@ def change(spec: Spec, flag: str, value: str, *, allow: bool) -> str:
     if f.kind == "str":
         spec.browser = value if allow else ""
         return f"[{f.section}] {f.key} = {spec.browser!r}"
+    if f.kind in ("size", "count"):
+        setattr(
+            spec,
+            f.attr,
+            _check_value(f, value, "the grant") if allow else type(getattr(Spec(), f.attr))(),
+        )
+        return (
+            f"[{f.section}] {f.key} = {getattr(spec, f.attr)!r}"
+            if allow
+            else f"[{f.section}] {f.key}: this machine's default"
+        )
     checked = _check_value(f, value, "the grant")
     current: list[Any] = list(getattr(spec, f.attr))
     if f.kind == "hosts":
@@ -379,7 +426,7 @@ def as_flags(spec: Spec) -> list[str]:
         if f.kind == "mode":
             if value == "host":
                 out.append("--network-mode host")
-        elif f.kind == "str":
+        elif f.kind in ("str", "size", "count"):
             if value:
                 out.append(f"--{f.flag} {value}")
         else:

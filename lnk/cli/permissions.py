@@ -24,6 +24,9 @@ GRANT_FLAGS = (
     ("lan-host", "a host, address or network of your LAN"),
     ("read", "a folder it sees read-only (of its Home, or ~/x, /x)"),
     ("write", "a folder it may write (of its Home, or ~/x, /x)"),
+    ("memory", "the most memory its sandbox may use (e.g. 4G; deny: this machine's default)"),
+    ("processes", "the most processes its sandbox may run"),
+    ("open-files", "the most files its sandbox may hold open"),
 )
 
 
@@ -96,6 +99,7 @@ def show(agent_name: str | None, permissions: bool, as_json: bool) -> None:
         out(f"lan: {' '.join(p['lan']) or '(none)'}")
         out(f"files read: {' '.join(p['files']['read']) or '(none)'}")
         out(f"files write: {' '.join(p['files']['write']) or '(none)'}")
+        out(f"limits: {'; '.join(p['limits'])}")
     out(f"model: {p['model']['provider']} {p['model']['base_url']}".rstrip())
     out(f"model key: {p['model']['key']}")
     if p["unenforceable"]:

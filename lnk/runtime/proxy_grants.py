@@ -15,7 +15,7 @@ from typing import Any
 from lnk.agents import grants, secrets
 from lnk.agents.registry import Agent
 from lnk.errors import UsageError
-from lnk.sandbox import bwrap
+from lnk.sandbox import bwrap, limits
 
 AT_ONCE = ("host", "tcp", "port", "lan-host")
 
@@ -77,6 +77,7 @@ def permissions(agent: Agent) -> dict[str, Any]:
         "tcp": spec.tcp,
         "lan": spec.lan,
         "files": {"read": spec.read, "write": spec.write},
+        "limits": limits.held_here(agent.id, limits.Limits.of(spec)),
         "model": {"provider": m.provider, "base_url": m.base_url, "key": key_from},
         "flags": grants.as_flags(spec),
         "unenforceable": grants.unenforceable(spec),

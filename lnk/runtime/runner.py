@@ -39,7 +39,7 @@ from lnk.agents.machine import load_machine
 from lnk.bridges.proof import new_key
 from lnk.errors import AgentNotRunning, LnkError, NotFound, PortsUnavailable, Refused
 from lnk.runtime.proxy import MODEL_PREFIX, AgentProxy
-from lnk.sandbox import bwrap
+from lnk.sandbox import bwrap, limits
 from lnk.sandbox.relay import TcpToUnixRelay
 from lnk.sandbox.unixsock import connect_unix
 
@@ -166,27 +166,30 @@ class Runner:
         self.relay: TcpToUnixRelay | None = None
         self.proxy: AgentProxy | None = None
         self.spec = Spec()
+        self.cgroup: limits.Cgroup | None = None
         self.stopping = threading.Event()
 
     @property
     def runtime(self) -> Path:
         return self.agent.runtime
 
-    def command(self) -> list[str]:
+    def command(self) -> bwrap.Sandboxed:
         port = self.agent.settings.endpoint_port
         if not self.sandboxed:
-            return [
-                sys.executable,
-                "-m",
-                "lnk.harness",
-                "serve",
-                "--config",
-                str(self.runtime / "harness.json"),
-                "--key-file",
-                str(self.runtime / "key"),
-                "--port",
-                str(port),
-            ]
+            return bwrap.Sandboxed(
+                [
+                    sys.executable,
+                    "-m",
+                    "lnk.harness",
+                    "serve",
+                    "--config",
+                    str(self.runtime / "harness.json"),
+                    "--key-file",
+                    str(self.runtime / "key"),
+                    "--port",
+                    str(port),
+                ]
+            )
         python = bwrap.sandbox_python()
         inner = [
             python,
@@ -211,14 +214,17 @@ class Runner:
             "--",
         ]
         host = self.spec.mode == "host"
+        caps = limits.Limits.of(self.spec)
+        self.cgroup = limits.make_cgroup(self.agent.id, caps)
         # the model's key stays outside: the proxy adds it (never key_env in here)
-        return bwrap.bwrap_argv(
+        return bwrap.sandboxed(
             self.agent,
             relay + inner,
             bwrap=bwrap.check_bwrap(),
             env={} if host else proxy_env(proxy_port(self.agent)),
             network_mode=self.spec.mode,
             files=(self.spec.read, self.spec.write),
+            prefix=limits.launch_prefix(caps, self.cgroup),
         )
 
     def model_key(self) -> str | None:
@@ -280,9 +286,9 @@ class Runner:
         cmd = self.command()
         log(
             f"starting agent {self.agent.name} ({self.agent.id}), "
-            f"{'sandboxed' if self.sandboxed else 'WITHOUT a sandbox'}: {' '.join(cmd)}"
+            f"{'sandboxed' if self.sandboxed else 'WITHOUT a sandbox'}: {' '.join(cmd.argv)}"
         )
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        self.proc = cmd.popen(stdin=subprocess.DEVNULL)
         if not self.wait_ready():
             if self.stopping.is_set():
                 return
@@ -344,6 +350,8 @@ class Runner:
         proc.wait()
 
     def cleanup(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
         for name in ("key", "endpoint.json"):
             (self.runtime / name).unlink(missing_ok=True)
         (self.agent.net / bwrap.SOCKET_NAME).unlink(missing_ok=True)

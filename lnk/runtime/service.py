@@ -21,9 +21,11 @@ from typing import Any
 
 from lnk.agents import ports
 from lnk.agents.backup_key import key_warning
+from lnk.agents.grants import read_spec
 from lnk.agents.machine import account_owner, load_machine
 from lnk.agents.registry import Agent, last_backup, taken_blocks
 from lnk.errors import AgentNotRunning
+from lnk.sandbox.limits import Limits, systemd_properties
 
 START_DEADLINE_S = float(os.environ.get("LNK_START_DEADLINE", "30"))
 
@@ -162,10 +164,17 @@ def _start_systemd(agent: Agent, argv: list[str], log: Path) -> None:
         f"ExecStart={' '.join(argv)}\n"
         f"ExecStartPost=/bin/sh -c 'echo $MAINPID > {agent.runtime}/runner.pid'\n"
         f"StandardOutput=append:{log}\nStandardError=append:{log}\n"
-        "Restart=no\n"
+        "Restart=no\n" + "".join(f"{line}\n" for line in _unit_limits(agent))
     )
     subprocess.run(["systemctl", "--user", "daemon-reload"], check=False)
     subprocess.run(["systemctl", "--user", "start", unit.name], check=True)
+
+
+def _unit_limits(agent: Agent) -> list[str]:
+    """A sandboxed agent's memory and process caps, as the unit's lines."""
+    if not agent.settings.sandbox:
+        return []
+    return systemd_properties(Limits.of(read_spec(agent.folders.sandbox_toml)))
 
 
 def _log_tail(agent: Agent, lines: int = 5) -> str:

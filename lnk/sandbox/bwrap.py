@@ -2,9 +2,12 @@
 
 The sandbox's shape (see ``docs/harness.md``):
 
-* a fresh root (tmpfs) with the system read-only: /usr, /etc, the /bin /lib
-  /sbin links, and the Python runtime (``sys.prefix``, ``sys.base_prefix``)
-  and the folder holding the ``lnk`` package;
+* a fresh root (tmpfs) with the system read-only: /usr, the /bin /lib /sbin
+  links, the parts of /etc a program needs (:data:`ETC_SHOWN`: never
+  ``shadow``, ``ssh/``, ``sudoers``, ``ssl/private``), a ``passwd`` and
+  ``group`` of the sandbox's own, and the Python runtime (``sys.prefix``,
+  ``sys.base_prefix``) and the ``lnk`` package's own folder (never the
+  checkout around it);
 * the agent's folders at their own paths: ``Home/`` and ``Agent/chats``,
   ``memory``, ``schedule`` writable; ``Agent/instructions``, ``skills`` and
   ``Config/`` read-only (an agent can't widen its own grants).  Nothing else
@@ -14,7 +17,12 @@ The sandbox's shape (see ``docs/harness.md``):
   where the harness serves its endpoint on a unix socket;
 * every namespace unshared (its own network with only ``lo``, pid, ipc, uts,
   user, cgroup), a private /tmp, ``--die-with-parent``, ``--new-session`` and
-  ``--clearenv`` with only the variables it needs.
+  ``--clearenv`` with only the variables it needs;
+* no capability, ever (``--cap-drop ALL``): run by root, the sandbox is a user
+  namespace whose user is :data:`SANDBOX_UID`, not root, and makes no user
+  namespace of its own (``--disable-userns``); a seccomp filter refuses the
+  system calls no harness needs (:mod:`lnk.sandbox.seccomp`); open files,
+  memory and processes are capped (:mod:`lnk.sandbox.limits`).
 
 There is no fallback: if bubblewrap is missing or can't run,
 :func:`check_bwrap` raises :class:`SandboxUnavailable`.
@@ -22,14 +30,18 @@ There is no fallback: if bubblewrap is missing or can't run,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import lnk
 from lnk.errors import Refused, SandboxUnavailable
+from lnk.sandbox import seccomp
 
 if TYPE_CHECKING:
     from lnk.agents.registry import Agent
@@ -44,9 +56,68 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 RW_AGENT_DIRS = ("chats", "memory", "schedule")
 RO_AGENT_DIRS = ("instructions", "skills")
 PROXY_SOCKET = "proxy.sock"
-# what the layout hides of HOME, whatever a [files] grant says
-HIDDEN_IN_HOME = (".config", ".ssh", ".lnk", ".gnupg", ".aws", ".docker", ".kube", "Link/Agents")
-SYSTEM_ONLY = ("/proc", "/sys", "/dev", "/run")
+# what the layout hides of HOME, whatever a [files] grant says: lnk's and other programs'
+# keys and credentials
+HIDDEN_IN_HOME = (
+    ".config",
+    ".ssh",
+    ".lnk",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".docker",
+    ".kube",
+    ".password-store",
+    ".local/share/keyrings",
+    ".netrc",
+    ".pgpass",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".my.cnf",
+    "Link/Agents",
+)
+SYSTEM_ONLY = ("/proc", "/sys", "/dev", "/run", "/etc")
+# the parts of /etc a program needs: names, certificates, libraries, locales, terminals
+ETC_SHOWN = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "crypto-policies",
+    "debian_version",
+    "fonts",
+    "gai.conf",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "locale.conf",
+    "localtime",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "pki/tls/certs",
+    "pki/ca-trust",
+    "profile",
+    "protocols",
+    "python3",
+    f"python3.{sys.version_info.minor}",
+    "resolv.conf",
+    "services",
+    "shells",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "terminfo",
+    "timezone",
+)
+SANDBOX_UID = 1000  # the sandbox's user when root runs it: never root inside
 
 _probed: set[str] = set()
 
@@ -98,18 +169,21 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def python_paths() -> list[str]:
-    """What the harness's Python needs read-only: its prefixes and lnk's folder."""
-    import lnk
+def package_dir() -> Path:
+    """The ``lnk`` package's own folder (an editable install's is in its checkout)."""
+    return Path(lnk.__file__).resolve().parent
 
-    pkg_parent = str(Path(lnk.__file__).resolve().parent.parent)
+
+def python_paths() -> list[str]:
+    """What the harness's Python needs read-only: its prefixes and the lnk package's folder
+    (only the package: never the checkout around an editable install's)."""
     out: list[str] = []
     for p in (
         sys.prefix,
         sys.base_prefix,
         os.path.realpath(sys.prefix),
         os.path.realpath(sys.base_prefix),
-        pkg_parent,
+        str(package_dir()),
     ):
         if p and os.path.isdir(p) and not _under(p, ["/usr", *out]):
             out.append(p)
@@ -126,15 +200,13 @@ def sandbox_python() -> str:
 
 
 def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, str]:
-    import lnk
-
     env = {
         "HOME": str(agent.folders.home),
         "PATH": SANDBOX_PATH,
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(Path(lnk.__file__).resolve().parent.parent),
+        "PYTHONPATH": str(package_dir().parent),
         "LNK_SANDBOXED": "1",
     }
     env.update(extra or {})
@@ -203,11 +275,12 @@ def file_grants(
             dest = path if given.startswith(("~", "/")) else real
             (inside_binds if in_home else outside_binds).append((opt, real, dest))
             for h in hidden:
-                if _under(h, [real]) and h != real and os.path.isdir(h) and h not in covers:
+                if _under(h, [real]) and h != real and os.path.lexists(h) and h not in covers:
                     covers.append(h)
     cover_args: list[str] = []
     for h in covers:
-        cover_args += ["--tmpfs", h]
+        # a folder is covered by an empty one, anything else by an empty file
+        cover_args += ["--tmpfs", h] if os.path.isdir(h) else ["--ro-bind", "/dev/null", h]
     # a folder before what's in it, so a grant inside a wider one holds (sorted is stable:
     # of one path, the --write, given after the --read, wins)
     outside: list[str] = []
@@ -218,7 +291,62 @@ def file_grants(
     return outside, cover_args, inside
 
 
-def bwrap_argv(
+def _etc_args() -> list[str]:
+    """/etc as the sandbox shows it: only :data:`ETC_SHOWN`, links kept as links."""
+    a: list[str] = ["--dir", "/etc"]
+    for name in ETC_SHOWN:
+        src = f"/etc/{name}"
+        if os.path.islink(src):
+            a += ["--symlink", os.readlink(src), src]
+        elif os.path.exists(src):
+            a += ["--ro-bind", src, src]
+    return a
+
+
+def _identity(home: str) -> tuple[int, int, bytes, bytes]:
+    """The sandbox's user and group IDs, and its /etc/passwd and /etc/group."""
+    root = os.geteuid() == 0
+    uid, gid = (SANDBOX_UID, SANDBOX_UID) if root else (os.getuid(), os.getgid())
+    passwd = f"agent:x:{uid}:{gid}:lnk agent:{home}:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"
+    group = f"agent:x:{gid}:\nnogroup:x:65534:\n"
+    return uid, gid, passwd.encode(), group.encode()
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@dataclass
+class Sandboxed:
+    """A command ready to run in the sandbox: its argv and the descriptors bubblewrap reads
+    (the seccomp filter, /etc/passwd, /etc/group), handed over at the start and closed here."""
+
+    argv: list[str]
+    fds: list[int] = field(default_factory=list)
+
+    def popen(self, **kw: Any) -> subprocess.Popen[Any]:
+        try:
+            return subprocess.Popen(self.argv, pass_fds=self.fds, **kw)
+        finally:
+            self.close()
+
+    def run(self, **kw: Any) -> subprocess.CompletedProcess[Any]:
+        try:
+            return subprocess.run(self.argv, pass_fds=self.fds, **kw)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = []
+
+
+def sandboxed(
     agent: Agent,
     inner_cmd: list[str],
     *,
@@ -228,7 +356,8 @@ def bwrap_argv(
     net_dir: Path | None = None,
     network_mode: str = "proxy",
     files: tuple[list[str], list[str]] = ([], []),
-) -> list[str]:
+    prefix: list[str] | None = None,
+) -> Sandboxed:
     """The full command that runs ``inner_cmd`` in the agent's sandbox.
 
     ``env`` adds variables to the few the sandbox sets.  ``runtime`` binds the
@@ -236,13 +365,22 @@ def bwrap_argv(
     runner makes them; set False for a command run beside the agent), or
     ``net_dir`` alone binds a folder at /run/lnk/net.  ``network_mode`` "host"
     shares this machine's network (``[network] mode = "host"``); ``files`` are
-    the ``[files]`` read and write grants (:func:`file_grants`).
+    the ``[files]`` read and write grants (:func:`file_grants`); ``prefix``
+    runs before bubblewrap (its limits: :func:`lnk.sandbox.limits.launch_prefix`).
     """
     if not inner_cmd or inner_cmd[0].startswith("-"):
         raise ValueError("the sandboxed command must be a program and its arguments")
     folders = agent.folders
     outside, covers, inside = file_grants(agent, files[0], files[1], strict=False)
-    a: list[str] = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv"]
+    uid, gid, passwd, group = _identity(str(folders.home))
+    fds = [
+        _memfd("lnk-seccomp", seccomp.compiled()),
+        _memfd("lnk-passwd", passwd),
+        _memfd("lnk-group", group),
+    ]
+    a: list[str] = [*(prefix or []), bwrap, "--unshare-all", "--unshare-user"]
+    a += ["--uid", str(uid), "--gid", str(gid), "--disable-userns", "--cap-drop", "ALL"]
+    a += ["--die-with-parent", "--new-session", "--clearenv", "--seccomp", str(fds[0])]
     if network_mode == "host":
         a.append("--share-net")
     # the system, read-only, on a fresh tmpfs root
@@ -252,19 +390,9 @@ def bwrap_argv(
             a += ["--symlink", os.readlink(p), p]
         elif os.path.isdir(p):
             a += ["--ro-bind", p, p]
-    a += [
-        "--ro-bind",
-        "/etc",
-        "/etc",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-        "--dir",
-        "/var/tmp",
-    ]
+    a += _etc_args()
+    a += ["--ro-bind-data", str(fds[1]), "/etc/passwd", "--ro-bind-data", str(fds[2]), "/etc/group"]
+    a += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp"]
     for p in python_paths():
         a += ["--ro-bind", p, p]
     # [files] grants of yours, then what they would show of the hidden, covered
@@ -293,7 +421,8 @@ def bwrap_argv(
         ]
     elif net_dir is not None:
         a += ["--dir", RUN_DIR, "--bind", str(net_dir), NET_DIR]
+    a += ["--remount-ro", "/"]  # the root made here (/etc, /run, ...) read-only once built
     for k, v in sandbox_env(agent, env).items():
         a += ["--setenv", k, v]
     a += ["--chdir", str(folders.home)]
-    return a + list(inner_cmd)
+    return Sandboxed(a + list(inner_cmd), fds)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 
+from lnk.agents import grants as g
+from lnk.agents import registry
 from lnk.agents.grants import filter_from_stream
+from lnk.agents.layout import Machine
 from lnk.errors import InvalidInput
+from tests.lnkrun import lnk
 
 WIDE = """
 [files]
@@ -72,3 +77,31 @@ def test_garbage_and_oversized_grants_are_refused() -> None:
         filter_from_stream("[[[")
     with pytest.raises(InvalidInput, match="larger than"):
         filter_from_stream("# " + "x" * 70000)
+
+
+def test_limits_are_set_by_allow_shown_and_never_taken_from_a_stream(home: Path) -> None:
+    a = registry.create(Machine.current(), "main")
+    r = lnk("agent", "allow", "--memory", "512M", "--processes", "64", "--open-files", "256")
+    assert r.code == 0, r.err
+    spec = g.read_spec(a.folders.sandbox_toml)
+    assert (spec.memory, spec.processes, spec.files) == ("512M", 64, 256)
+    shown = lnk("agent", "show", "--permissions", "--json").json()
+    assert shown["limits"][0] == "open files 256"
+    assert "--memory 512M" in shown["flags"]
+    for bad in (
+        ("--memory", "12"),
+        ("--memory", "lots"),
+        ("--processes", "0"),
+        ("--open-files", "-1"),
+    ):
+        q = lnk("agent", "allow", *bad)
+        assert q.code != 0 and q.err.startswith("lnk: error: ") and "Traceback" not in q.err, q.err
+    assert lnk("agent", "deny", "--memory", "512M").code == 0
+    assert g.read_spec(a.folders.sandbox_toml).memory == ""
+    kept = g.filter_from_stream('[limits]\nmemory = "1T"\nprocesses = 100000\n')
+    assert "limits" not in kept.grants
+    assert kept.dropped == ["--memory 1T", "--processes 100000"]
+    hand = a.folders.sandbox_toml
+    hand.write_text('[limits]\nprocesses = "many"\n')
+    q = lnk("agent", "start")
+    assert q.code != 0 and "[limits] processes" in q.err and "Traceback" not in q.err

@@ -13,6 +13,7 @@ import pytest
 
 from lnk.errors import PortsUnavailable
 from lnk.sandbox.relay import TcpToUnixRelay
+from lnk.sandbox.unixsock import connect_unix
 
 
 @pytest.fixture
@@ -89,5 +90,40 @@ def test_relay_closes_when_the_inside_is_gone(tmp_path: Path) -> None:
     try:
         with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as c:
             assert c.recv(10) == b""
+    finally:
+        relay.stop()
+
+
+def test_a_link_planted_in_the_net_folder_is_not_followed(
+    echo_sock: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    """The sandbox writes its net folder: a link there to another agent's socket leads the
+    relay nowhere (issue 22), and a socket swapped back in is reached again."""
+    other, conns = echo_sock  # another agent's endpoint
+    net = tmp_path / "net"
+    net.mkdir()
+    (net / "endpoint.sock").symlink_to(other)
+    relay = TcpToUnixRelay(0, net / "endpoint.sock")
+    relay.start()
+    try:
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as c:
+            c.sendall(b"status?")
+            c.settimeout(10)
+            try:
+                got = c.recv(100)
+            except ConnectionResetError:
+                got = b""
+            assert got == b""  # closed: nothing answered
+        assert conns == []  # the other agent's socket was never reached
+        with pytest.raises(OSError):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            connect_unix(s, net / "endpoint.sock")
+        # the real socket (not a link) is reached as before
+        (net / "endpoint.sock").unlink()
+        os.rename(other, net / "endpoint.sock")
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as c:
+            c.sendall(b"ping")
+            assert c.recv(100) == b"ping"
+        assert conns == [1]
     finally:
         relay.stop()

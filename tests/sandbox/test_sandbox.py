@@ -20,7 +20,7 @@ from lnk.collections import CollectionId, open_store
 from lnk.errors import SandboxUnavailable
 from lnk.harness import client
 from lnk.runtime.runner import descendants
-from lnk.sandbox.bwrap import bwrap_argv, check_bwrap
+from lnk.sandbox.bwrap import check_bwrap, sandboxed
 
 
 def test_check_bwrap_without_bwrap_names_the_fix(tmp_path: Path) -> None:
@@ -54,8 +54,8 @@ def agent(home: Path) -> registry.Agent:
 
 
 def run_in(agent: registry.Agent, cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    argv = bwrap_argv(agent, cmd, bwrap=check_bwrap(), runtime=False)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    argv = sandboxed(agent, cmd, bwrap=check_bwrap(), runtime=False)
+    return argv.run(capture_output=True, text=True, timeout=60)
 
 
 def sh(agent: registry.Agent, script: str) -> subprocess.CompletedProcess[str]:
@@ -186,5 +186,5 @@ def test_harness_inside_sees_its_key_but_not_the_runtime(start_agent: Any) -> No
         "sys.exit(0 if os.path.getsize('/run/lnk/key') == 32 and "
         f"not os.path.exists('{r.agent.runtime}') else 1)",
     ]
-    argv = bwrap_argv(r.agent, inner, bwrap=check_bwrap())
-    assert subprocess.run(argv, timeout=60).returncode == 0
+    argv = sandboxed(r.agent, inner, bwrap=check_bwrap())
+    assert argv.run(timeout=60).returncode == 0
