@@ -26,197 +26,35 @@ read within ``HEAD_TIMEOUT_S``, one buffer per direction per connection.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lnk.agents.grants import Spec, host_listed, norm_host, read_spec
+from lnk.agents.grants import Spec, norm_host, read_spec
 from lnk.errors import LnkError, PortsUnavailable
+from lnk.runtime import model_route
+from lnk.runtime.egress import Policy, own_addresses
+from lnk.runtime.httphead import BadRequest, Head, parse_head, read_head
 from lnk.sandbox.relay import pump
 
 SOCKET_NAME = "proxy.sock"
-MODEL_PREFIX = "/.lnk/model"
+MODEL_PREFIX = model_route.PREFIX
 MAX_CONNECTIONS = 128
-MAX_HEAD = 64 * 1024
-MAX_MODEL_BODY = 32 << 20
-HEAD_TIMEOUT_S = 30.0
+HEAD_TIMEOUT_S = 30.0  # the whole head, from the accept (not per read)
+BODY_TIMEOUT_S = 120.0  # a model request's body, from the accept
 CONNECT_TIMEOUT_S = 10.0
 CHUNK = 256 * 1024
-STD_PORTS = (80, 443)
-
-AddrInfo = tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-# private, shared and special networks: never reached unless a grant names them
-PRIVATE_NETS = [
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",
-        "10.0.0.0/8",
-        "100.64.0.0/10",  # CGNAT
-        "127.0.0.0/8",
-        "169.254.0.0/16",  # link-local, cloud metadata
-        "172.16.0.0/12",
-        "192.0.0.0/24",
-        "192.168.0.0/16",
-        "198.18.0.0/15",
-        "224.0.0.0/3",  # multicast and reserved
-        "::/127",
-        "fc00::/7",  # ULA
-        "fe80::/10",
-        "ff00::/8",
-    )
-]
-NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-def _embedded_v4(ip: Address) -> Address:
-    """The IPv4 address an IPv6 form carries (::ffff:a.b.c.d, 6to4, NAT64), else ``ip``."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip.sixtofour is not None:
-            return ip.sixtofour
-        if ip in NAT64:
-            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip
-
-
-def own_addresses() -> set[Address]:
-    """This machine's own addresses (every interface's), from /proc."""
-    out: set[Address] = set()
-    with contextlib.suppress(OSError):
-        lines = Path("/proc/net/fib_trie").read_text().splitlines()
-        for i, line in enumerate(lines):
-            if "/32 host LOCAL" in line and i > 0:
-                with contextlib.suppress(ValueError):
-                    out.add(ipaddress.IPv4Address(lines[i - 1].split()[-1]))
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/net/if_inet6").read_text().splitlines():
-            raw = line.split()[0]
-            with contextlib.suppress(ValueError):
-                out.add(ipaddress.IPv6Address(":".join(raw[i : i + 4] for i in range(0, 32, 4))))
-    return out
-
-
-def classify(ip: Address, own: set[Address]) -> str:
-    """``own`` (this machine), ``private`` (a network of its) or ``public``."""
-    v4 = _embedded_v4(ip)
-    if ip in own or v4 in own or v4.is_loopback or v4.is_unspecified:
-        return "own"
-    if any(v4.version == n.version and v4 in n for n in PRIVATE_NETS):
-        return "private"
-    return "public"
-
-
-@dataclass(frozen=True)
-class Decision:
-    allowed: bool
-    why: str
-    addrs: tuple[AddrInfo, ...] = ()  # the checked addresses to connect to, in order
-
-
-class Policy:
-    """Where the agent may go, from its grants (see module doc)."""
-
-    def __init__(self, spec: Spec, own: set[Address] | None = None) -> None:
-        self.spec = spec
-        self.own = own if own is not None else own_addresses()
-        self.tcp = set(spec.tcp_endpoints())
-        self.ports = set(spec.ports)
-        self.lan_names = {h for h in spec.lan if "/" not in h and not _is_ip(h)}
-        self.lan_nets = [
-            ipaddress.ip_network(h, strict=False) for h in spec.lan if "/" in h or _is_ip(h)
-        ]
-
-    def _lan_covers(self, host: str, ip: Address) -> bool:
-        v4 = _embedded_v4(ip)
-        return host in self.lan_names or any(
-            a.version == n.version and a in n for n in self.lan_nets for a in {ip, v4}
-        )
-
-    def decide(self, host: str, port: int) -> Decision:
-        h = norm_host(host)
-        if not h or not 0 < port < 65536:
-            return Decision(False, "not a host and port")
-        if self.spec.mode == "host":
-            addrs = _resolve(h, port)
-            return Decision(True, "network mode host", tuple(addrs)) if addrs else _unresolved(h)
-        listed = host_listed(self.spec.hosts, h)
-        if listed is False:
-            return Decision(False, f"{h} is denied by the agent's [internet] hosts")
-        named_tcp = (h, port) in self.tcp
-        literal = _is_ip(h)
-        if (
-            listed is None
-            and not named_tcp
-            and h not in self.lan_names
-            and not literal
-            and h != "localhost"
-        ):
-            return Decision(False, f"{h} is not on the agent's [internet] hosts (--host {h})")
-        std = port in STD_PORTS or named_tcp
-        addrs = _resolve(h, port)
-        if not addrs:
-            return _unresolved(h)
-        why = ""
-        ok: list[AddrInfo] = []
-        for fam, sa in addrs:
-            ip = ipaddress.ip_address(sa[0].split("%")[0])
-            kind = classify(ip, self.own)
-            if kind == "own":
-                if port in self.ports or (std and self._lan_covers(h, ip)):
-                    ok.append((fam, sa))
-                    continue
-                why = why or (
-                    f"{h} is this machine ({ip}); its port {port} is not granted (--port {port})"
-                )
-            elif kind == "private":
-                if std and self._lan_covers(h, ip):
-                    ok.append((fam, sa))
-                    continue
-                why = why or f"{h} is on a private network ({ip}), not granted (--lan-host {h})"
-            elif not std:
-                why = why or (
-                    f"port {port} of {h} is not granted: names reach 80 and 443 (--tcp {h}:{port})"
-                )
-            elif listed or named_tcp:
-                ok.append((fam, sa))
-            else:
-                why = why or f"{h} is not on the agent's [internet] hosts (--host {h})"
-        if ok:
-            return Decision(True, "allowed", tuple(ok))
-        return Decision(False, why)
-
-
-def _unresolved(h: str) -> Decision:
-    return Decision(False, f"{h} does not resolve")
-
-
-def _is_ip(h: str) -> bool:
-    try:
-        ipaddress.ip_address(h)
-        return True
-    except ValueError:
-        return False
-
-
-def _resolve(host: str, port: int) -> list[AddrInfo]:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return []
-    return [(fam, sa) for fam, _, _, _, sa in infos if fam in (socket.AF_INET, socket.AF_INET6)]  # type: ignore[misc]
+_CONNECT_TARGET = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\[\]:]+):([0-9]{1,5})$")
+_HOP = ("proxy-connection", "proxy-authorization", "connection", "keep-alive", "te", "upgrade")
 
 
 def _pump(src: socket.socket, dst: socket.socket, counter: list[int], idx: int) -> None:
@@ -224,29 +62,17 @@ def _pump(src: socket.socket, dst: socket.socket, counter: list[int], idx: int) 
     pump(src, dst, counter, idx, half_close=not isinstance(dst, ssl.SSLSocket))
 
 
-def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
-    """The request head (through the blank line) and what came after it."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(8192)
-        if not chunk:
-            raise ConnectionError("the client closed before a full request head")
-        data += chunk
-        if len(data) > MAX_HEAD:
-            raise ValueError("request head too large")
-    head, _, rest = data.partition(b"\r\n\r\n")
-    return head, rest
-
-
 def _answer(conn: socket.socket, code: int, reason: str, why: str) -> None:
-    body = (why + "\n").encode()
+    body = (why + "\n").encode("utf-8", "replace")
+    one_line = why.encode("ascii", "backslashreplace").decode("ascii")
+    one_line = "".join(c if " " <= c <= "~" else "?" for c in one_line)[:200]
     head = (
-        f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\n"
+        f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n"
-        f"X-Lnk-Proxy: {why[:200]}\r\n\r\n"
+        f"X-Lnk-Proxy: {one_line}\r\n\r\n"
     )
     with contextlib.suppress(OSError):
-        conn.sendall(head.encode("latin-1", "replace") + body)
+        conn.sendall(head.encode("ascii") + body)
 
 
 def _size(n: int) -> str:
@@ -277,6 +103,7 @@ class AgentProxy:
         model_key: Callable[[], str | None] | None = None,
         log: Callable[[str], None] | None = None,
         max_connections: int = MAX_CONNECTIONS,
+        head_timeout: float = HEAD_TIMEOUT_S,
     ) -> None:
         self.socket_path = socket_path
         self.grants = grants
@@ -285,6 +112,7 @@ class AgentProxy:
         self.model_key = model_key
         self._log = log or _print_log
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.head_timeout = head_timeout
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -364,46 +192,58 @@ class AgentProxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
+        accepted = time.monotonic()
         try:
-            client.settimeout(HEAD_TIMEOUT_S)
-            try:
-                head, rest = _read_head(client)
-                line, *header_lines = head.decode("latin-1").split("\r\n")
-                method, target, _version = line.split(" ", 2)
-            except (OSError, ValueError) as e:
-                _answer(client, 400, "Bad Request", f"not a proxy request: {e}")
-                return
-            client.settimeout(None)
-            if method == "CONNECT":
-                host, _, port_s = target.rpartition(":")
-                port = int(port_s) if port_s.isdigit() else 0
-                self._tunnel(client, method, host, port, rest, head=None)
-            elif target.startswith(MODEL_PREFIX + "/") or target == MODEL_PREFIX:
-                self._model(client, method, target[len(MODEL_PREFIX) :], header_lines, rest)
-            elif target.lower().startswith("http://"):
-                u = urlsplit(target)
-                try:
-                    port = u.port or 80
-                except ValueError:
-                    _answer(client, 400, "Bad Request", "not a port")
-                    return
-                path = (u.path or "/") + (f"?{u.query}" if u.query else "")
-                kept = [
-                    h
-                    for h in header_lines
-                    if h.split(":", 1)[0].strip().lower()
-                    not in ("proxy-connection", "proxy-authorization", "connection", "keep-alive")
-                ]
-                out = "\r\n".join([f"{method} {path} HTTP/1.1", *kept, "Connection: close"])
-                self._tunnel(
-                    client, method, u.hostname or "", port, rest, head=out.encode("latin-1")
-                )
-            else:
-                _answer(client, 400, "Bad Request", "this is the agent's proxy: use it as a proxy")
+            self._handle(client, accepted)
+        except Exception as e:  # a bad input ends its connection, never the proxy's thread
+            self._log(f"lnk proxy: a connection failed: {type(e).__name__}: {e}")
+            _answer(client, 400, "Bad Request", "the agent's proxy could not take this request")
         finally:
             with contextlib.suppress(OSError):
                 client.close()
             self._slots.release()
+
+    def _handle(self, client: socket.socket, accepted: float) -> None:
+        try:
+            raw, rest = read_head(client, accepted + self.head_timeout)
+            head = parse_head(raw)
+        except BadRequest as e:
+            _answer(client, 400, "Bad Request", f"not a proxy request: {e}")
+            return
+        except (OSError, ConnectionError):
+            return  # gone, or out of time: nothing to answer
+        if head.method == "CONNECT":
+            m = _CONNECT_TARGET.match(head.target)
+            if m is None or not 0 < int(m.group(2)) < 65536:
+                _answer(client, 400, "Bad Request", "CONNECT takes host:port")
+                return
+            client.settimeout(None)
+            self._tunnel(client, "CONNECT", m.group(1), int(m.group(2)), rest, head=None)
+        elif head.target == MODEL_PREFIX or head.target.startswith(
+            (f"{MODEL_PREFIX}/", f"{MODEL_PREFIX}?")
+        ):
+            self._model(client, head, rest, accepted + BODY_TIMEOUT_S)
+        elif head.target.lower().startswith("http://"):
+            self._forward(client, head, rest)
+        else:
+            _answer(client, 400, "Bad Request", "this is the agent's proxy: use it as a proxy")
+
+    def _forward(self, client: socket.socket, head: Head, rest: bytes) -> None:
+        """Plain HTTP in absolute form, sent on in origin form (no key is ever added)."""
+        try:
+            u = urlsplit(head.target)
+            port = u.port or 80
+        except ValueError:
+            _answer(client, 400, "Bad Request", "not a URL with a host and port")
+            return
+        if not u.hostname:
+            _answer(client, 400, "Bad Request", "not a URL with a host")
+            return
+        path = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        kept = [f"{n}: {v}" for n, v in head.headers if n.lower() not in _HOP]
+        out = "\r\n".join([f"{head.method} {path} HTTP/1.1", *kept, "Connection: close"])
+        client.settimeout(None)
+        self._tunnel(client, head.method, u.hostname, port, rest, head=out.encode("ascii"))
 
     def _refuse(self, client: socket.socket, what: str, why: str, host: str, port: int) -> None:
         self._log(f"lnk proxy: refused {what}: {why}")
@@ -478,72 +318,41 @@ class AgentProxy:
             f"lnk proxy: allowed {what}: sent {_size(counter[0])}, received {_size(counter[1])}"
         )
 
-    def _model(
-        self, client: socket.socket, method: str, path: str, header_lines: list[str], rest: bytes
-    ) -> None:
-        """The agent's model: the request as sent, to the real base URL, with the real key."""
+    def _model(self, client: socket.socket, head: Head, rest: bytes, deadline: float) -> None:
+        """The agent's model: a request rebuilt from what was checked, with the real key
+        (:mod:`lnk.runtime.model_route`)."""
         if not self.model_url:
             _answer(client, 404, "Not Found", "the agent has no hosted model to reach")
             return
-        base = urlsplit(self.model_url)
-        host, tls = base.hostname or "", base.scheme == "https"
-        port = base.port or (443 if tls else 80)
-        path = path or "/"
-        if not path.startswith((base.path.rstrip("/") or "") + "/") and base.path not in ("", "/"):
-            _answer(client, 403, "Forbidden", "only the model's own API is reached this way")
-            return
-        headers: list[str] = []
-        length = 0
-        for h in header_lines:
-            name, _, value = h.partition(":")
-            low = name.strip().lower()
-            if low == "content-length":
-                length = int(value.strip()) if value.strip().isdigit() else -1
-            if low in ("host", "authorization", "connection", "proxy-connection", "keep-alive"):
-                continue
-            if low == "transfer-encoding":
-                _answer(client, 411, "Length Required", "send the model request with a length")
-                return
-            headers.append(h)
-        if not 0 <= length <= MAX_MODEL_BODY:
-            _answer(client, 413, "Too Large", "the model request is too large")
-            return
-        body = rest
-        client.settimeout(HEAD_TIMEOUT_S)
+        up = model_route.Upstream.of(self.model_url)
         try:
-            while len(body) < length:
-                chunk = client.recv(min(CHUNK, length - len(body)))
-                if not chunk:
-                    return
-                body += chunk
-        except OSError:
+            path, length = model_route.check(head, up)
+        except model_route.Refusal as e:
+            _answer(client, e.code, e.reason, str(e))
+            return
+        body = model_route.read_body(client, rest, length, deadline)
+        if body is None:
             return
         client.settimeout(None)
-        what = f"model {method} {host}:{port}{path}"
-        up = self._dial(client, what, host, port)
-        if up is None:
+        what = f"model {head.method} {up.host}:{up.port}{path}"
+        conn = self._dial(client, what, up.host, up.port)
+        if conn is None:
             return
         key = self.model_key() if self.model_key else None
-        if key:
-            headers.append(f"Authorization: Bearer {key}")
-        host_header = host if port == (443 if tls else 80) else f"{host}:{port}"
-        out = "\r\n".join(
-            [f"{method} {path} HTTP/1.1", f"Host: {host_header}", *headers, "Connection: close"]
-        )
+        out = model_route.outgoing_head(head, path, up, key, length)
         counter = [0, 0]
         try:
-            if tls:
-                ctx = ssl.create_default_context()
-                up = ctx.wrap_socket(up, server_hostname=host)
-            up.sendall(out.encode("latin-1") + b"\r\n\r\n" + body[:length])
-            counter[0] = len(out) + 4 + length
-            _pump(up, client, counter, 1)
+            if up.tls:
+                conn = ssl.create_default_context().wrap_socket(conn, server_hostname=up.host)
+            conn.sendall(out + body)
+            counter[0] = len(out) + length
+            _pump(conn, client, counter, 1)
         except (OSError, ssl.SSLError) as e:
             self._log(f"lnk proxy: {what} failed: {e}")
             if counter[1] == 0:
-                _answer(client, 502, "Bad Gateway", f"the model at {host} failed: {e}")
+                _answer(client, 502, "Bad Gateway", f"the model at {up.host} failed: {e}")
         finally:
-            up.close()
+            conn.close()
         self._log(
             f"lnk proxy: allowed {what}{' (key added)' if key else ''}: "
             f"sent {_size(counter[0])}, received {_size(counter[1])}"

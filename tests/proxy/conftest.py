@@ -3,7 +3,7 @@
 * ``provider``: an OpenAI-compatible chat completions server over HTTPS on
   loopback, its certificate (for ``localhost``) signed by a CA made here.
 * ``public``: a network namespace joined to this one by a veth pair, with an
-  address outside every private range (203.0.113.0/24, TEST-NET-3), running a
+  address outside every private range (11.0.0.0/24, a public range, routed nowhere but the test), running a
   TCP server on two ports that answers ``port <n>: <what it read>``.  The
   proxy treats it as the internet.
 * ``hosts_file``: names for the proxy's own resolver, which a test gives a
@@ -203,7 +203,7 @@ def public() -> Iterator[Public]:
     """A host on an address of no private range, in a network namespace of its own."""
     tag = f"lnkp{os.getpid() % 100000}"
     n = os.getpid() % 60
-    here, there = f"203.0.113.{n * 4 + 1}", f"203.0.113.{n * 4 + 2}"
+    here, there = f"11.0.0.{n * 4 + 1}", f"11.0.0.{n * 4 + 2}"
     subprocess.run(["ip", "netns", "del", tag], capture_output=True)
     subprocess.run(["ip", "link", "del", f"{tag}h"], capture_output=True)
     _ip("netns", "add", tag)

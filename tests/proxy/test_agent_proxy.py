@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from lnk.errors import LnkError
 from lnk.harness import client
 from lnk.harness.model import PLACEHOLDER_KEY
 from lnk.runtime.runner import descendants
-from lnk.sandbox.bwrap import bwrap_argv, check_bwrap
+from lnk.sandbox.bwrap import check_bwrap, sandboxed
 from tests.lnkrun import lnk
 from tests.proxy.conftest import CA, Provider
 
@@ -65,7 +64,7 @@ def test_sandboxed_agent_answers_through_its_proxy_and_never_holds_the_key(
     # ... nor in any file it can read (its folders, /run/lnk, /tmp, /etc), where its config
     # names the proxy; the placeholder is what it sends
     where = [str(a.folders.root), "/run/lnk", "/tmp", "/etc", str(home)]
-    grep = bwrap_argv(
+    grep = sandboxed(
         a,
         [
             "/bin/sh",
@@ -76,7 +75,7 @@ def test_sandboxed_agent_answers_through_its_proxy_and_never_holds_the_key(
         ],
         bwrap=check_bwrap(),
     )
-    p = subprocess.run(grep, capture_output=True, text=True, timeout=120)
+    p = grep.run(capture_output=True, text=True, timeout=120)
     assert p.stdout.strip() == "1", p.stdout  # no file holds the key; the config names the proxy
     assert PLACEHOLDER_KEY not in REAL_KEY
     log = (a.runtime / "harness.log").read_text()
@@ -143,7 +142,7 @@ def test_read_and_write_grants_become_binds_and_never_show_what_is_hidden(home: 
     from lnk.agents.grants import read_spec
 
     spec = read_spec(a.folders.sandbox_toml)
-    argv = bwrap_argv(
+    argv = sandboxed(
         a,
         [
             "/bin/sh",
@@ -159,7 +158,7 @@ def test_read_and_write_grants_become_binds_and_never_show_what_is_hidden(home: 
         runtime=False,
         files=(spec.read, spec.write),
     )
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    p = argv.run(capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["doc", "out-writable", "home-writable", "end"], p.stdout
     assert (home / "out" / "c").exists() and not (home / "docs" / "b").exists()
@@ -169,14 +168,14 @@ def test_read_and_write_grants_become_binds_and_never_show_what_is_hidden(home: 
 def test_network_mode_host_shares_the_network(home: Path) -> None:
     a = registry.create(Machine.current(), "main")
     assert lnk("agent", "allow", "--network-mode", "host").code == 0
-    argv = bwrap_argv(
+    argv = sandboxed(
         a,
         [sys.executable, "-c", "import socket; print(len(socket.if_nameindex()) > 1)"],
         bwrap=check_bwrap(),
         runtime=False,
         network_mode="host",
     )
-    assert subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.strip() == "True"
+    assert argv.run(capture_output=True, text=True, timeout=60).stdout.strip() == "True"
     assert "host" in lnk("agent", "show", "--permissions", "--json").json()["network"]
     assert lnk("agent", "deny", "--network-mode", "host").code == 0
     assert lnk("agent", "show", "--permissions", "--json").json()["network"] == "proxy"
@@ -197,7 +196,7 @@ def test_network_mode_host_keeps_the_key_outside(
 
 
 def test_a_host_not_on_the_list_is_refused_in_the_log_and_status(start_agent: Any) -> None:
-    model = ModelSettings(provider="openai", base_url="https://203.0.113.9/v1", name="m")
+    model = ModelSettings(provider="openai", base_url="https://11.0.0.9/v1", name="m")
     a = registry.create(Machine.current(), "main", model=model)
     assert lnk("agent", "deny", "--host", "*").code == 0
     assert lnk("agent", "allow", "--host", "api.example.com").code == 0
@@ -205,12 +204,12 @@ def test_a_host_not_on_the_list_is_refused_in_the_log_and_status(start_agent: An
     with pytest.raises(LnkError) as ei:
         client.send_message(r.port, r.key, "link:main", "ping", timeout=60)
     assert "403" in ei.value.message
-    why = "203.0.113.9 is not on the agent's [internet] hosts (--host 203.0.113.9)"
+    why = "11.0.0.9 is not on the agent's [internet] hosts (--host 11.0.0.9)"
     assert why in ei.value.message
     log = (a.runtime / "harness.log").read_text()
-    assert f"lnk proxy: refused model POST 203.0.113.9:443/v1/chat/completions: {why}" in log
+    assert f"lnk proxy: refused model POST 11.0.0.9:443/v1/chat/completions: {why}" in log
     st = lnk("agent", "status", "--json").json()
-    assert st["refused"]["host"] == "203.0.113.9" and st["refused"]["port"] == 443
+    assert st["refused"]["host"] == "11.0.0.9" and st["refused"]["port"] == 443
     assert why in lnk("agent", "status").out
 
 
@@ -238,5 +237,5 @@ def test_secret_set_keeps_the_key_outside_and_refuses_what_is_not_one(home: Path
         q = lnk("agent", "secret", "set", *args, input="")
         assert q.code != 0 and q.err.startswith("lnk: error: ") and why in q.err, q.err
     # the sandbox shows nothing of ~/.config
-    argv = bwrap_argv(a, ["/bin/sh", "-c", f"test -e {f}"], bwrap=check_bwrap(), runtime=False)
-    assert subprocess.run(argv, timeout=60).returncode == 1
+    argv = sandboxed(a, ["/bin/sh", "-c", f"test -e {f}"], bwrap=check_bwrap(), runtime=False)
+    assert argv.run(timeout=60).returncode == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +11,9 @@ import pytest
 
 from lnk.agents import grants, registry
 from lnk.agents.layout import Machine
-from lnk.runtime.proxy import Policy
+from lnk.runtime.egress import Policy
 from lnk.runtime.runner import proxy_env
-from lnk.sandbox.bwrap import bwrap_argv, check_bwrap
+from lnk.sandbox.bwrap import check_bwrap, sandboxed
 from tests.proxy.conftest import ProxyProcess, Public, connect_through
 
 INSIDE_PORT = 3128
@@ -76,15 +75,15 @@ def test_private_and_own_addresses_are_refused_even_with_every_host(host: str) -
 
 def test_a_public_address_is_allowed_on_80_and_443_only() -> None:
     p = Policy(spec(hosts=["*"]), OWN)
-    assert p.decide("203.0.113.9", 443).allowed
-    assert p.decide("203.0.113.9", 80).allowed
-    d = p.decide("203.0.113.9", 22)
-    assert not d.allowed and "--tcp 203.0.113.9:22" in d.why
+    assert p.decide("11.0.0.9", 443).allowed
+    assert p.decide("11.0.0.9", 80).allowed
+    d = p.decide("11.0.0.9", 22)
+    assert not d.allowed and "--tcp 11.0.0.9:22" in d.why
 
 
 def test_denials_come_before_allows_and_a_wildcard_is_not_its_apex() -> None:
-    p = Policy(spec(hosts=["203.0.113.9", "!203.0.113.9"]), OWN)
-    assert "denied" in p.decide("203.0.113.9", 443).why
+    p = Policy(spec(hosts=["11.0.0.9", "!11.0.0.9"]), OWN)
+    assert "denied" in p.decide("11.0.0.9", 443).why
     assert grants.host_listed(["*.example.com"], "api.example.com") is True
     assert grants.host_listed(["*.example.com"], "example.com") is None
     assert grants.host_listed(["*", "!evil.example"], "EVIL.example.") is False
@@ -131,7 +130,7 @@ def in_sandbox(agent: registry.Agent, net: Path, *argv: str) -> str:
         "--",
         *argv,
     ]
-    cmd = bwrap_argv(
+    cmd = sandboxed(
         agent,
         inner,
         bwrap=check_bwrap(),
@@ -139,7 +138,7 @@ def in_sandbox(agent: registry.Agent, net: Path, *argv: str) -> str:
         net_dir=net,
         env=proxy_env(INSIDE_PORT),
     )
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    p = cmd.run(capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip()
 
@@ -176,13 +175,13 @@ def test_the_sandbox_reaches_only_what_its_grants_name(
     assert through("loop.corp.test:443").startswith("HTTP/1.1 403")
     assert through("mapped.corp.test:443").startswith("HTTP/1.1 403")
     # around the proxy there is no way at all: the sandbox has only lo
-    probe = bwrap_argv(
+    probe = sandboxed(
         agent,
         [sys.executable, "-m", "lnk.harness", "probe-connect", public.address, str(p0)],
         bwrap=check_bwrap(),
         runtime=False,
     )
-    assert subprocess.run(probe, timeout=60).returncode == 1
+    assert probe.run(timeout=60).returncode == 1
     log = px.log
     assert f"allowed CONNECT svc.test:{p0}: sent 5 B, received {len(f'port {p0}: hello')} B" in log
     assert f"refused CONNECT svc.test:{p1}: port {p1} of svc.test is not granted" in log
