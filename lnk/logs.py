@@ -12,8 +12,10 @@ A daemon calls :func:`setup` once at its start and logs through
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 FORMAT = "%(asctime)s %(name)s: %(message)s"
 
@@ -35,3 +37,32 @@ def setup(level: int = logging.INFO) -> None:
 def get(daemon: str) -> logging.Logger:
     """The logger of one daemon: ``get("harness")`` logs as ``lnk harness``."""
     return logging.getLogger(f"lnk {daemon}")
+
+
+MAX_LINE = 4096
+
+
+def tail_lines(path: Path, n: int, max_line: int = MAX_LINE) -> list[str]:
+    """The last ``n`` lines of a log, read from its end (never the whole file), each cut at
+    ``max_line`` bytes.  Lines end at LF alone: a CR in a line stays in it, for the
+    printer to escape, so no line can overwrite another."""
+    if n <= 0:
+        return []
+    budget = n * (max_line + 1) + 1
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        start = max(0, size - budget)
+        f.seek(start)
+        data = f.read(size - start)
+    parts = data.split(b"\n")
+    if start > 0:
+        parts = parts[1:]  # the first is a piece of a longer line
+    if parts and parts[-1] == b"":
+        parts.pop()
+    out: list[str] = []
+    for raw in parts[-n:]:
+        text = raw[:max_line].decode("utf-8", "replace")
+        out.append(
+            text + (f" ... ({len(raw) - max_line} bytes more)" if len(raw) > max_line else "")
+        )
+    return out

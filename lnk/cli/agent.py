@@ -12,6 +12,7 @@ from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.cli.output import emit_json, out, say, table
 from lnk.errors import UsageError
+from lnk.logs import tail_lines
 from lnk.runtime import service
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -167,8 +168,7 @@ def logs(agent_name: str | None, lines: int) -> None:
     if not path.exists():
         say(f"{a.name} has no log yet (it has not been started here)")
         return
-    text = path.read_text(errors="replace").splitlines()
-    for line in text[-lines:]:
+    for line in tail_lines(path, lines):
         out(line)
 
 
@@ -229,4 +229,4 @@ def send(
     if as_json:
         emit_json(r.to_json())
     elif r.answer is not None:
-        out(r.answer)
+        out(r.answer, lines=True)

@@ -101,7 +101,7 @@ def schedule_(
         say(f"{a.name} is backed up every {every} to {url}")
     else:
         say(sched.note)
-        out(sched.crontab)
+        out(sched.crontab, lines=True)
 
 
 def _listing(url: str):  # type: ignore[no-untyped-def,unused-ignore]

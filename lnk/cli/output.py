@@ -6,29 +6,12 @@ import json
 import sys
 from typing import Any
 
-# bidirectional overrides and isolates: they reorder what the terminal shows
-_BIDI = frozenset({0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)})
+from lnk.text import escape
 
 
-def safe(text: str) -> str:
-    """Text that came from a stream or a bucket, fit for a terminal.
-
-    Control characters (C0, DEL, C1: ESC sequences, OSC 52 clipboard
-    writes, ``\\r`` overwriting a line), lone surrogates and bidirectional
-    overrides are shown escaped (``\\x1b``, ``\\ud800``), never sent as they are.
-    """
-    if text.isprintable() and text.isascii():
-        return text
-    out: list[str] = []
-    for ch in text:
-        o = ord(ch)
-        if o < 0x20 or 0x7F <= o < 0xA0:
-            out.append(f"\\x{o:02x}")
-        elif 0xD800 <= o <= 0xDFFF or o in _BIDI:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+def safe(text: str, *, lines: bool = False) -> str:
+    """Foreign text, escaped for the terminal (:func:`lnk.text.escape`)."""
+    return escape(text, lines=lines)
 
 
 def emit_json(data: Any) -> None:
@@ -36,8 +19,10 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def out(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+def out(line: str = "", *, lines: bool = False) -> None:
+    """Data on stdout, one line (or, with ``lines``, text of many): whatever it holds
+    from outside is escaped (:func:`safe`)."""
+    sys.stdout.write(safe(line, lines=lines) + "\n")
     sys.stdout.flush()
 
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 from lnk.agents.layout import Machine
 from lnk.errors import Interrupted, LnkError, NotFound, TransportError, UsageError
@@ -33,7 +32,7 @@ from lnk.move.journal import Entry
 from lnk.move.where import HERE, place_leg, where_is
 from lnk.payload.receivers import purge_expired
 from lnk.transport import boxes
-from lnk.transport.legs import SSH_FAILED, Leg, LegProcess, settle
+from lnk.transport.legs import MAX_ANSWER, SSH_FAILED, Leg, LegProcess, read_bounded, settle
 from lnk.transport.protocol import error_line
 
 __all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
@@ -79,13 +78,9 @@ def _run_json(leg: Leg, args: list[str]) -> Any:
     return json.loads(out) if out.strip() else None
 
 
-def _stream(
-    src: Leg, src_args: list[str], stdin_bytes: bytes, dst: Leg, dst_args: list[str]
-) -> Any:
+def _stream(src: Leg, src_args: list[str], inv: IO[bytes], dst: Leg, dst_args: list[str]) -> Any:
     """src's stdout straight into dst's stdin (fd to fd); returns dst's JSON answer."""
-    with tempfile.TemporaryFile() as inv:
-        inv.write(stdin_bytes)
-        inv.seek(0)
+    with inv:
         a = src.popen(src_args, stdin=inv)
         try:
             assert a.stdout is not None
@@ -98,7 +93,7 @@ def _stream(
         try:
             with a, b:
                 assert b.stdout is not None
-                answer = b.stdout.read()
+                answer = read_bounded(b.stdout, MAX_ANSWER, dst.name)
                 _code_a, _code_b, err = settle(src, a, dst, b)
                 _guard.check()
                 if err is not None:
@@ -108,8 +103,8 @@ def _stream(
     return json.loads(answer) if answer.strip() else None
 
 
-def _inventory(dst: Leg, receiver: str) -> bytes:
-    return dst.run(["agent", "state-receive", "--inventory", "--receiver", receiver]).stdout
+def _inventory(dst: Leg, receiver: str) -> IO[bytes]:
+    return dst.run_to_file(["agent", "state-receive", "--inventory", "--receiver", receiver])
 
 
 def _current(machine: Machine, place: str, say: Say) -> Leg:
@@ -239,7 +234,7 @@ def _move(
             raise _as_lnk(err) from err
 
 
-def _phase(src: Leg, dst: Leg, name: str, prep: dict[str, Any], phase: str, inv: bytes) -> Any:
+def _phase(src: Leg, dst: Leg, name: str, prep: dict[str, Any], phase: str, inv: IO[bytes]) -> Any:
     """One phase's stream: the source's state-send piped into the destination's receiver."""
     send = ["agent", "state-send", "--agent", name, "--to", prep["public_key"], "--phase", phase]
     return _stream(

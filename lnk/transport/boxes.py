@@ -353,9 +353,10 @@ def _ask_agents(box: Box, timeout: float) -> BoxAgents:
             return BoxAgents(box.name, error=e.message)
         with p:
             try:
-                out, _ = p.proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return BoxAgents(box.name, error=f"no answer within {timeout:.0f} s")
+                out = p.read_answer(timeout=timeout)
+            except (LnkError, subprocess.TimeoutExpired) as e:
+                why = e.message if isinstance(e, LnkError) else "no answer in time"
+                return BoxAgents(box.name, error=why)
             if p.proc.returncode == 2 and "--here" in args:
                 continue  # an lnk older than --here: its own agents are the rows placed "here"
             try:

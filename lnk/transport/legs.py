@@ -40,6 +40,8 @@ SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
 
 _STDERR_TAIL = 8192
+MAX_ANSWER = 8 << 20
+"""The most a box's answer on stdout may hold (its JSON); more is refused, not read."""
 
 Stdin = bytes | IO[Any] | int | None
 Stdout = IO[Any] | int | None
@@ -100,6 +102,35 @@ class LegProcess:
 
     def terminate(self) -> None:
         self.proc.terminate()
+
+    def read_answer(self, limit: int = 0, timeout: float | None = None) -> bytes:
+        """The command's whole stdout (at most ``limit`` bytes, default :data:`MAX_ANSWER`),
+        then its exit; TransportError past either bound (the command is killed)."""
+        assert self.stdout is not None
+        got: list[bytes] = []
+        failed: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                assert self.stdout is not None
+                got.append(read_bounded(self.stdout, limit or MAX_ANSWER, self.leg.name))
+            except BaseException as e:
+                failed.append(e)
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive() or failed:
+            self.kill()
+            t.join()
+            if failed and isinstance(failed[0], LnkError):
+                raise failed[0]
+            raise TransportError(
+                f"{self.leg.name} did not answer within {timeout or 0:.0f} s",
+                hint=f"check that {self.leg.name} answers: lnk box run {self.leg.name} -- version",
+            )
+        self.proc.wait(timeout=timeout)
+        return got[0]
 
     def stderr_text(self) -> str:
         """The last few KiB the command wrote on stderr."""
@@ -179,11 +210,25 @@ class Leg:
         """Run ``lnk ARGS`` there and wait.
 
         ``stdin`` is bytes, a file or None (nothing).  With ``capture`` stdout
-        and stderr come back as bytes, otherwise they go to ours.  With
+        (at most :data:`MAX_ANSWER` bytes: more is a TransportError) and the
+        last KiB of stderr come back as bytes, otherwise they go to ours.  With
         ``check`` a failure raises: an lnk error there raises the same class
         here (message and hint included); a broken connection a TransportError.
         """
         return self._run(self.argv(args, bare), list(args), stdin, capture, check)
+
+    def run_to_file(self, args: Sequence[str]) -> IO[bytes]:
+        """Run ``lnk ARGS`` there, its stdout into a temporary file (read from its start),
+        for an answer of any size that goes on to another command (an inventory)."""
+        f = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
+        try:
+            with self.popen(args, stdout=f) as p:
+                p.wait()
+            f.seek(0)
+        except BaseException:
+            f.close()
+            raise
+        return f
 
     def run_shell(
         self, script: str, stdin: Stdin = None, capture: bool = True, check: bool = True
@@ -220,27 +265,55 @@ class Leg:
             if data is not None
             else (subprocess.DEVNULL if stdin is None else stdin)
         )
-        out: Any = subprocess.PIPE if capture else None
-        try:
-            proc = subprocess.Popen(
-                argv,
-                env=self.env(),
-                stdin=pipe_in,
-                stdout=out,
-                stderr=subprocess.PIPE if capture else None,
-            )
-        except FileNotFoundError as e:
-            raise self.launch_failed(argv[0]) from e
-        with proc:
+        if not capture:
             try:
-                so, se = proc.communicate(input=data)
-            except BaseException:
-                proc.kill()
-                raise
-        so, se = so or b"", se or b""
+                proc = subprocess.Popen(argv, env=self.env(), stdin=pipe_in)
+            except FileNotFoundError as e:
+                raise self.launch_failed(argv[0]) from e
+            with proc:
+                try:
+                    proc.communicate(input=data)
+                except BaseException:
+                    proc.kill()
+                    raise
+            if check:
+                self.check(proc.returncode, "")
+            return LegResult(args, proc.returncode, b"", b"")
+        with LegProcess(self, args, argv, self.env(), pipe_in, subprocess.PIPE) as p:
+            feeder = None
+            if data is not None:
+                feeder = threading.Thread(target=_feed, args=(p.stdin, data), daemon=True)
+                feeder.start()
+            assert p.stdout is not None
+            so = read_bounded(p.stdout, MAX_ANSWER, self.name)
+            code = p.proc.wait()
+            if feeder is not None:
+                feeder.join()
+            se = p.stderr_text()
         if check:
-            self.check(proc.returncode, se.decode("utf-8", "replace"))
-        return LegResult(args, proc.returncode, so, se)
+            self.check(code, se)
+        return LegResult(args, code, so, se.encode())
+
+
+def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
+    if pipe is None:
+        return
+    with contextlib.suppress(OSError):
+        pipe.write(data)
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
+def read_bounded(f: IO[bytes], limit: int, where: str) -> bytes:
+    """All of ``f`` if it holds at most ``limit`` bytes; else TransportError (nothing more
+    is read)."""
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise TransportError(
+            f"{where} answered more than {limit >> 20} MiB, which no answer of lnk's is",
+            hint=f"check the lnk installed on {where} (lnk box add installs this one)",
+        )
+    return data
 
 
 class LocalLeg(Leg):

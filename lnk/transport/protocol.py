@@ -12,6 +12,7 @@ from typing import Any
 
 from lnk import errors as _errors
 from lnk.errors import EXIT_CODES, LnkError
+from lnk.text import one_line
 
 PROTOCOL_ARGS = ("--errors", "json")
 """What every lnk command a leg runs is given: errors come back as one JSON line."""
@@ -51,6 +52,10 @@ def error_line(stderr: str) -> dict[str, Any] | None:
     return None
 
 
+MAX_MESSAGE = 1000
+MAX_HINT = 500
+
+
 def remote_error(where: str, code: int, stderr: str) -> LnkError:
     """An lnk error raised over there becomes the same error here.
 
@@ -60,11 +65,12 @@ def remote_error(where: str, code: int, stderr: str) -> LnkError:
     """
     doc = error_line(stderr)
     if doc is None:
-        last = last_line(stderr) or "no message"
+        last = one_line(last_line(stderr), MAX_MESSAGE) or "no message"
         err = _error_class(None, code)(f"on {where}: command failed with exit code {code}: {last}")
     else:
-        hint = doc.get("hint") if isinstance(doc.get("hint"), str) else None
-        err = _error_class(doc.get("class"), code)(f"on {where}: {doc['message']}", hint=hint)
+        hint = one_line(doc["hint"], MAX_HINT) if isinstance(doc.get("hint"), str) else None
+        message = one_line(doc["message"], MAX_MESSAGE)
+        err = _error_class(doc.get("class"), code)(f"on {where}: {message}", hint=hint)
     if code != err.exit_code and type(err) is LnkError:
         err.exit_code = code
     return err
