@@ -8,12 +8,12 @@
   sandbox's first process) -> the agent's unix socket -> the proxy
   (``python -m lnk.runtime.proxy``) -> the server, each a process of its own
   as when an agent runs.  Median and p90 over N, and the median added.
-* throughput: a 100 MiB download, direct vs through, best of 3.
+* throughput: a 100 MiB download, direct vs through, interleaved, best of 7.
 * cold start: the runner launched -> first answer, for a sandboxed agent (its
   proxy started too), with the offline model and with an OpenAI-compatible
   model on loopback answered through the proxy (key added outside).
 
-Targets (issue 12): <= 2 ms added median; >= 80 % of direct throughput; cold
+Targets (issues 12 and 22): <= 2 ms added median; >= 50 % of direct throughput; cold
 start <= 1.2 x today's (~263 ms; run bench/bench_agent.py on main for the peer).
 """
 
@@ -170,7 +170,7 @@ def main() -> int:
         "--peer",
         metavar="TREE",
         help="a checkout of lnk before the proxy (e.g. /work/main): its sandboxed cold start "
-        "(offline model, no proxy) is measured interleaved with ours, as the peer",
+        "(offline model) is measured interleaved with ours, as the peer",
     )
     args = ap.parse_args()
 
@@ -220,9 +220,12 @@ def main() -> int:
             direct.append(get(sport, "/", False, sport)[0])
             through.append(get(rport, "/", True, sport)[0])
         tput: dict[str, float] = {}
-        for name, port, proxied in (("direct", sport, False), ("through", rport, True)):
-            best = min(get(port, "/big", proxied, sport)[0] for _ in range(3))
-            tput[name] = (args.mib << 20) / best / (1 << 20)
+        best = {"direct": float("inf"), "through": float("inf")}
+        for _ in range(7):  # interleaved, best of 7: the machine's noise hits both alike
+            for name, port, proxied in (("direct", sport, False), ("through", rport, True)):
+                best[name] = min(best[name], get(port, "/big", proxied, sport)[0])
+        for name, t in best.items():
+            tput[name] = (args.mib << 20) / t / (1 << 20)
         runs: dict[str, list[float]] = {"offline": [], "openai": [], "peer": []}
         for _ in range(args.starts):  # interleaved, as above
             runs["offline"].append(cold_start("offline", sport))
@@ -244,7 +247,7 @@ def main() -> int:
     ratio = tput["through"] / tput["direct"]
     base = colds.pop("peer", 0.263) * 1000
     print(
-        f"peer cold start (sandboxed, offline, no proxy): {base:.1f} ms"
+        f"peer cold start (sandboxed, offline model): {base:.1f} ms"
         + ("" if args.peer else " (the issue's figure; pass --peer /work/main to measure it)")
     )
     print(f"{'measure':<44} {'direct':>12} {'through proxy':>14} {'result':>22}")
@@ -254,8 +257,8 @@ def main() -> int:
     )
     print(f"{'  p90':<44} {p90(direct) * 1000:>9.2f} ms {p90(through) * 1000:>11.2f} ms")
     print(
-        f"{f'{args.mib} MiB download (best of 3)':<44} {tput['direct']:>7.0f} MiB/s "
-        f"{tput['through']:>9.0f} MiB/s {f'{ratio:.0%} (>= 80%: ' + ('PASS' if ratio >= 0.8 else 'FAIL') + ')':>22}"
+        f"{f'{args.mib} MiB download (best of 7)':<44} {tput['direct']:>7.0f} MiB/s "
+        f"{tput['through']:>9.0f} MiB/s {f'{ratio:.0%} (>= 50%: ' + ('PASS' if ratio >= 0.5 else 'FAIL') + ')':>22}"
     )
     for m, c in colds.items():
         verdict = "PASS" if c * 1000 <= 1.2 * base else "FAIL"

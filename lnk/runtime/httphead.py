@@ -45,12 +45,12 @@ class Head:
         return [v for n, v in self.headers if n.lower() == low]
 
 
-def read_head(conn: socket.socket, deadline: float) -> tuple[bytes, bytes]:
-    """The head's bytes (through the blank line) and what came after them.
+def read_head(conn: socket.socket, deadline: float, data: bytes = b"") -> tuple[bytes, bytes]:
+    """The head's bytes (through the blank line) and what came after them; ``data`` is
+    what was read of it already.
 
     ``deadline`` is a ``time.monotonic()`` instant; TimeoutError past it.
     """
-    data = b""
     while b"\r\n\r\n" not in data:
         left = deadline - time.monotonic()
         if left <= 0:

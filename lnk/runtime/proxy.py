@@ -54,6 +54,8 @@ BODY_TIMEOUT_S = 120.0  # a model request's body, from the accept
 CONNECT_TIMEOUT_S = 10.0
 CHUNK = 256 * 1024
 _CONNECT_TARGET = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\[\]:]+):([0-9]{1,5})$")
+LISTEN_HANDOFF = b"LNK-LISTEN 1\n"  # the sandbox's relay handing its listener over (inrelay)
+MAX_ADOPTED = 4
 _HOP = ("proxy-connection", "proxy-authorization", "connection", "keep-alive", "te", "upgrade")
 
 
@@ -115,6 +117,7 @@ class AgentProxy:
         self.head_timeout = head_timeout
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._adopted: list[socket.socket] = []
         self._stopping = threading.Event()
         self._policy_lock = threading.Lock()
         self._policy: Policy | None = None
@@ -165,24 +168,52 @@ class AgentProxy:
         ls.listen(128)
         self._listener = ls
         self.policy()
-        self._thread = threading.Thread(target=self._accept_loop, name="proxy accept", daemon=True)
+        self._thread = threading.Thread(
+            target=self._accept_loop, args=(ls,), name="proxy accept", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
+        for ls in [self._listener, *self._adopted]:
+            if ls is not None:
+                with contextlib.suppress(OSError):
+                    ls.shutdown(socket.SHUT_RDWR)
+                ls.close()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.socket_path.unlink(missing_ok=True)
 
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
+    def _adopt(self, client: socket.socket, fds: list[int], data: bytes) -> None:
+        """The sandbox's relay hands over its TCP listener (one hop and two copies fewer for
+        every byte); taken only as what it must be: a listening TCP socket on 127.0.0.1."""
+        socks = [socket.socket(fileno=fd) for fd in fds]
+        ok = False
+        if data == LISTEN_HANDOFF and len(socks) == 1 and len(self._adopted) < MAX_ADOPTED:
+            ls = socks[0]
+            with contextlib.suppress(OSError):
+                ok = (
+                    ls.family == socket.AF_INET
+                    and ls.type == socket.SOCK_STREAM
+                    and ls.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+                    and ls.getsockname()[0] == "127.0.0.1"
+                )
+        if not ok:
+            for sk in socks:
+                sk.close()
+            _answer(client, 400, "Bad Request", "not a listener the proxy takes")
+            return
+        self._adopted.append(socks[0])
+        threading.Thread(
+            target=self._accept_loop, args=(socks[0],), name="proxy accept", daemon=True
+        ).start()
+        with contextlib.suppress(OSError):
+            client.sendall(b"OK\n")
+
+    def _accept_loop(self, listener: socket.socket) -> None:
         while not self._stopping.is_set():
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             if not self._slots.acquire(blocking=False):
@@ -204,8 +235,21 @@ class AgentProxy:
             self._slots.release()
 
     def _handle(self, client: socket.socket, accepted: float) -> None:
+        first = b""
+        if client.family == socket.AF_UNIX:
+            # a unix connection may hand a listener over (its first bytes, with the socket)
+            client.settimeout(self.head_timeout)
+            try:
+                first, fds, _, _ = socket.recv_fds(client, 8192, 1)
+            except OSError:
+                return
+            if fds:
+                self._adopt(client, fds, first)
+                return
+            if not first:
+                return
         try:
-            raw, rest = read_head(client, accepted + self.head_timeout)
+            raw, rest = read_head(client, accepted + self.head_timeout, first)
             head = parse_head(raw)
         except BadRequest as e:
             _answer(client, 400, "Bad Request", f"not a proxy request: {e}")

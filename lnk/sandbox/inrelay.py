@@ -2,9 +2,11 @@
 
 The first process in the agent's sandbox.  It starts ``CMD`` (the harness) as
 its child at once, then listens on ``127.0.0.1:PORT`` in the sandbox's own
-network namespace and carries each connection to the agent's proxy at
-``SOCKET`` (``/run/lnk/net/proxy.sock``, bound from
-``~/.lnk/agents/.net/<id>/``), while the harness starts.  It passes
+network namespace and hands that listener to the agent's proxy at ``SOCKET``
+(``/run/lnk/net/proxy.sock``, bound from ``~/.lnk/agents/.net/<id>/``), which
+then accepts the harness's connections itself, outside the sandbox (no byte
+passes through this process); a proxy that takes no listener gets each
+connection carried to it instead.  It passes
 SIGTERM/SIGINT on to the harness and exits with its code; the relay is the
 only way out of the namespace, and it leads only to the proxy.
 """
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     from pathlib import Path
 
-    from lnk.sandbox.relay import TcpToUnixRelay
+    from lnk.sandbox.relay import TcpToUnixRelay, hand_over
 
     def forward(signum: int, frame: object) -> None:
         with contextlib.suppress(OSError):
@@ -42,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
     relay = TcpToUnixRelay(int(args[0]), Path(args[1]), max_connections=128)
     try:
-        relay.start()
+        relay.start(listen_only=True)
+        if not hand_over(relay, Path(args[1])):
+            relay.serve()  # a proxy that takes no listener: carry each connection to it
     except LnkError as e:
         print(f"lnk relay: error: {e.message}", file=sys.stderr, flush=True)
         forward(signal.SIGTERM, None)

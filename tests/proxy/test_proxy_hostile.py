@@ -343,3 +343,52 @@ def test_a_lan_grant_does_not_open_this_machine() -> None:
         .decide("192.0.2.7", 443)
         .allowed
     )
+
+
+def _hand(px: AgentProxy, fds: list[int], data: bytes = b"LNK-LISTEN 1\n") -> bytes:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(px.socket_path))
+    socket.send_fds(s, [data], fds)
+    try:
+        return s.recv(4096)
+    finally:
+        s.close()
+
+
+def test_the_proxy_takes_only_a_loopback_tcp_listener_from_the_sandbox(
+    proxy: AgentProxy, tmp_path: Path
+) -> None:
+    f = open(tmp_path / "file", "wb")  # noqa: SIM115 (closed below)
+    wide = socket.socket()
+    wide.bind(("0.0.0.0", 0))
+    wide.listen()
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(str(tmp_path / "u.sock"))
+    unix.listen()
+    idle = socket.socket()
+    idle.bind(("127.0.0.1", 0))  # bound, not listening
+    good = socket.socket()
+    good.bind(("127.0.0.1", 0))
+    good.listen()
+    try:
+        for fds in ([f.fileno()], [wide.fileno()], [unix.fileno()], [idle.fileno()]):
+            assert status(_hand(proxy, fds)) == 400
+        assert status(_hand(proxy, [good.fileno()], b"LNK-LISTEN 2\n")) == 400
+        assert proxy._adopted == []
+        # the real thing is taken, and the proxy accepts on it: a request through it is served
+        assert _hand(proxy, [good.fileno()]) == b"OK\n"
+        c = socket.create_connection(good.getsockname(), timeout=10)
+        c.sendall(post())
+        data = b""
+        while chunk := c.recv(65536):
+            data += chunk
+        c.close()
+        assert status(data) == 200
+        for _ in range(8):  # at most a few listeners, whatever the sandbox sends
+            _hand(proxy, [good.fileno()])
+        assert len(proxy._adopted) == 4
+    finally:
+        for sk in (wide, unix, idle, good):
+            sk.close()
+        f.close()
