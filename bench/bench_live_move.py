@@ -45,9 +45,8 @@ from transport_helpers import files_but_writer_db, start_writer, writer_rows  # 
 
 from lnk.agents import registry  # noqa: E402
 from lnk.agents.layout import Machine  # noqa: E402
-from lnk.move import journal  # noqa: E402
 from lnk.move import move as mv  # noqa: E402
-from lnk.move.where import HERE  # noqa: E402
+from lnk.places.where import HERE, set_location  # noqa: E402
 
 
 def _root(b: Bench, place: str, name: str) -> Path:
@@ -59,7 +58,7 @@ def live_rounds(b: Bench, rounds: int) -> tuple[int, list[str]]:
     """Move a writing agent ``rounds`` times between here and box a; successes, failures."""
     name = "live"
     st = generate(b.here, 20 << 20, files=2000, name=name, seed=5)
-    journal.set_location(Machine(b.here), name, st.agent_id, HERE)
+    set_location(Machine(b.here), name, st.agent_id, HERE)
     place, ok, failed = HERE, 0, []
     for n in range(rounds):
         to = "a" if place == HERE else HERE
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
 
         note(f"2. an agent of {a.files:,} small files on hostA")
         st = generate(hosts["hostA"].home, 0, files=a.files, name="small", seed=11)
-        journal.set_location(Machine(here), "small", st.agent_id, "a")
+        set_location(Machine(here), "small", st.agent_id, "a")
         b.where["small"] = "hostA"
         t0 = time.perf_counter()
         cold = b.move_cli("small")

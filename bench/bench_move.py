@@ -58,7 +58,7 @@ from lnk.agents import registry  # noqa: E402
 from lnk.agents.layout import Machine  # noqa: E402
 from lnk.agents.stores import open_agent_store  # noqa: E402
 from lnk.collections import CollectionId  # noqa: E402
-from lnk.move import journal  # noqa: E402
+from lnk.places.where import set_location  # noqa: E402
 
 GCM = "aes128-gcm@openssh.com"
 BOX = {"hostA": "a", "hostB": "b"}
@@ -112,7 +112,7 @@ class Bench:
     def make(self, name: str, size: int) -> tuple[int, float]:
         """Generate agent ``name`` on hostA; (state bytes, seconds it took)."""
         st = generate(self.hosts["hostA"].home, size, name=name, seed=len(name) + size % 97)
-        journal.set_location(Machine(self.here), name, st.agent_id, "a")
+        set_location(Machine(self.here), name, st.agent_id, "a")
         self.where[name] = "hostA"
         return st.total_bytes, st.seconds
 

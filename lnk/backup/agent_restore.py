@@ -25,13 +25,14 @@ from typing import Any
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.moved import lives_elsewhere
+from lnk.agents.running import is_running
 from lnk.agents.settings import check_name, new_agent_id
 from lnk.backup import agent as A
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
 from lnk.payload import manifest as M
-from lnk.transport import boxes
+from lnk.places.where import agents_on_boxes
 from lnk.transport.buckets import Bucket, open_bucket
 
 OLD_AGENT_DIRS = ("instructions", "skills", "memory", "schedule")
@@ -137,10 +138,10 @@ def _refuse_if_elsewhere(machine: Machine, head: M.Head, url: str) -> list[str]:
     where = lives_elsewhere(machine, head.agent_id)
     unanswered: list[str] = []
     if where is None:
-        for b in boxes.agents_on_boxes():
+        for b in agents_on_boxes():
             if b.agents is None:
                 unanswered.append(b.box)
-            elif any(r.get("id") == head.agent_id for r in b.agents):
+            elif any(r.id == head.agent_id for r in b.agents):
                 where = f"it lives on box {b.box}"
                 break
     if where is not None:
@@ -157,7 +158,6 @@ def _refuse_if_elsewhere(machine: Machine, head: M.Head, url: str) -> list[str]:
 def _make_room(machine: Machine, head: M.Head, force: bool) -> Path | None:
     """Refuse to overwrite an agent unless ``force``; with it, an other agent of that
     name is stopped and removed, its folders kept aside."""
-    from lnk.runtime.service import is_running
 
     same_id = registry.find_by_id(machine, head.agent_id)
     same_name = (

@@ -66,29 +66,28 @@ def create(name: str, store: str, as_json: bool) -> None:
 @json_option
 def list_(here_only: bool, as_json: bool) -> None:
     """List the agents here and on every box (naming the boxes that did not answer)."""
-    from lnk.move.where import list_everywhere
+    from lnk.places.where import list_everywhere
 
     found = list_everywhere(_machine(), ask_boxes=not here_only)
-    rows = found["agents"]
     if as_json:
-        emit_json(found)
+        emit_json(found.to_json())
         return
-    for b in found["unanswered"]:
-        say(f"box {b['box']} did not answer: {b['error']}")
-    if not rows:
+    for b in found.unanswered:
+        say(f"box {b.box} did not answer: {b.error}")
+    if not found.agents:
         say("no agents here yet: lnk agent create NAME")
         return
     table(
         [
             [
-                r["name"],
-                r["id"],
-                r["place"],
-                r["state"],
-                "-" if "sandboxed" not in r else ("yes" if r["sandboxed"] else "no"),
-                str(r["ports"][0]) if "ports" in r else "-",
+                r.name,
+                r.id,
+                r.place,
+                r.state,
+                "-" if r.sandboxed is None else ("yes" if r.sandboxed else "no"),
+                "-" if r.port is None else str(r.port),
             ]
-            for r in rows
+            for r in found.agents
         ],
         ["NAME", "ID", "WHERE", "STATE", "SANDBOXED", "PORT"],
     )
@@ -113,11 +112,9 @@ def start(agent_name: str | None, sandbox: bool | None, as_json: bool) -> None:
 
     st = start_agent(_machine(), agent_name, sandbox, say)
     if as_json:
-        emit_json(st)
+        emit_json(st.to_json())
     else:
-        say(
-            f"{st['name']} is running at {st['endpoint']}{'' if st['sandboxed'] else ' (no sandbox)'}"
-        )
+        say(f"{st.name} is running at {st.endpoint}{'' if st.sandboxed else ' (no sandbox)'}")
 
 
 @agent.command()
@@ -136,25 +133,30 @@ def stop(agent_name: str | None) -> None:
 @json_option
 def status(agent_name: str | None, as_json: bool) -> None:
     """Whether the agent runs, its ID, owner, endpoint and sandbox."""
-    from lnk.move.where import status_anywhere
+    from lnk.places.where import status_anywhere
 
     st = status_anywhere(_machine(), agent_name)
     if as_json:
-        emit_json(st)
+        emit_json(st.to_json())
         return
-    for key in ("name", "id", "owner", "state", "endpoint", "sandboxed", "store"):
-        out(f"{key}: {st[key]}")
-    if st.get("exit"):
+    out(f"name: {st.name}")
+    out(f"id: {st.id}")
+    out(f"owner: {st.owner}")
+    out(f"state: {st.state}" + ("" if st.place == "here" else f" (on box {st.place})"))
+    out(f"where: {'this computer' if st.place == 'here' else 'box ' + st.place}")
+    out(f"endpoint: {st.endpoint}")
+    out(f"sandboxed: {st.sandboxed}")
+    out(f"store: {st.store}")
+    if st.exit:
         out(
-            f"exit: code {st['exit'].get('code')} at {st['exit'].get('at')} "
-            f"({st['exit'].get('reason', '')})"
+            f"exit: code {st.exit.get('code')} at {st.exit.get('at')} ({st.exit.get('reason', '')})"
         )
-    if st.get("problem"):
-        out(f"problem: {st['problem']}")
-    if st.get("warning"):
-        out(f"warning: {st['warning']}")
-    if st.get("refused"):  # the agent's proxy's last refusal
-        r = st["refused"]
+    if st.problem:
+        out(f"problem: {st.problem}")
+    if st.warning:
+        out(f"warning: {st.warning}")
+    if st.refused:  # the agent's proxy's last refusal
+        r = st.refused
         out(f"refused: {r.get('host')}:{r.get('port')} at {r.get('at')} ({r.get('why')})")
 
 
@@ -228,5 +230,11 @@ def send(
     r = chat_send(_machine(), agent_name, full, text, message_id, say)
     if as_json:
         emit_json(r.to_json())
-    elif r.answer is not None:
+        return
+    for e in r.earlier:  # answers to messages sent while it moved, which nobody waited for
+        say(f"the answer to your earlier message {e.message_id} ({e.text[:60]!r}) came:")
+        out(e.answer, lines=True)
+    if r.answer is not None:
+        if r.earlier:
+            say("and the answer to this one:")
         out(r.answer, lines=True)

@@ -11,7 +11,8 @@ import lnk
 from lnk.cli.output import emit_json, out, say, table
 from lnk.errors import UsageError
 from lnk.formats import FORMAT as STREAM_FORMAT
-from lnk.transport import boxes
+from lnk.places import boxes
+from lnk.protocol import Version
 
 
 @click.group()
@@ -50,7 +51,11 @@ def add(
     if as_json:
         emit_json(
             report.box.as_dict()
-            | {"action": report.action, "before": report.before, "after": report.after}
+            | {
+                "action": report.action,
+                "before": report.before.to_json() if report.before else None,
+                "after": report.after.to_json(),
+            }
         )
     else:
         say(report.describe())
@@ -111,6 +116,6 @@ def remove(name: str) -> None:
 def version(as_json: bool) -> None:
     """This lnk's version and stream format (what a box is checked against)."""
     if as_json:
-        emit_json({"version": lnk.__version__, "stream_format": STREAM_FORMAT})
+        emit_json(Version(lnk.__version__, STREAM_FORMAT).to_json())
     else:
         out(f"lnk {lnk.__version__} (stream format {STREAM_FORMAT})")

@@ -12,11 +12,12 @@ import click
 from lnk.agents import policy, registry
 from lnk.agents.layout import Machine
 from lnk.cli.agent import agent, agent_option, json_option
-from lnk.cli.output import emit_json, progress_bar, say
+from lnk.cli.output import emit_json, out, progress_bar, say
 from lnk.errors import UsageError
 from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.formats.keys import parse_public_key
 from lnk.move.faults import armed, fault
+from lnk.protocol import Prepared
 
 
 class _DieMidStream:
@@ -168,18 +169,18 @@ def state_receive(
                 with grants_file.open("rb") as f:
                     mover_grants = policy.mover_grants(f)
         r = receivers.prepare(m, agent_id, mover_grants)
-        info = {
-            "receiver": r.rid,
-            "public_key": r.key().public.text(),
-            "format": STREAM_FORMAT,
-            "holds": len(r.inventory()),
-            "has_agent": has_agent,
-        }
+        info = Prepared(
+            receiver=r.rid,
+            public_key=r.key().public.text(),
+            format=STREAM_FORMAT,
+            holds=len(r.inventory()),
+            has_agent=has_agent,
+        )
         if as_json:
-            emit_json(info)
+            emit_json(info.to_json())
         else:
-            click.echo(f"receiver: {r.rid}")
-            click.echo(f"public_key: {info['public_key']}")
+            out(f"receiver: {info.receiver}")
+            out(f"public_key: {info.public_key}")
         return
     if not receiver:
         raise UsageError("say which receiver", hint="--receiver RECEIVER (from --prepare)")

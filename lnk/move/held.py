@@ -9,22 +9,26 @@ One that can never be delivered (its agent is gone) is shown whole.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
+from lnk.agents.running import is_running, pid_alive
 from lnk.errors import AgentNotRunning, LnkError, NotFound, TransportError
+from lnk.harness.client import send_message
 from lnk.move import journal
-from lnk.move.where import HERE, place_leg, where_is
+from lnk.places.where import Whereabouts, where_is
+from lnk.protocol import ChatAnswer, EarlierAnswer
 from lnk.runtime import service
+from lnk.text import one_line
 
 Say = Callable[[str], None]
 
@@ -56,65 +60,139 @@ def hold(
 
 def send_to(
     machine: Machine,
-    name: str,
+    where: Whereabouts,
     thread: str,
     text: str,
     message_id: str,
     timeout: float = 300.0,
-    place: str | None = None,
 ) -> str:
-    """Send wherever the agent is now: here, or on its box through that box's own lnk.
-
-    ``place`` is where the caller found the agent just now (resolved once per message).
-    """
-    if place is None:
-        name, _, place = where_is(machine, name, ask_boxes=False)
-    if place == HERE:
-        from lnk.harness.client import send_message
-
-        a = registry.find(machine, name)
+    """Send where the agent is (resolved once by the caller): here, or on its box through
+    that box's own lnk."""
+    if where.here:
+        a = registry.find(machine, where.name)
         key = service.endpoint_key(a)
-        if key is None or not service.is_running(a):
-            raise AgentNotRunning(f"{name} is not running", hint=f"lnk agent start --agent {name}")
+        if key is None or not is_running(a):
+            raise AgentNotRunning(
+                f"{where.name} is not running", hint=f"lnk agent start --agent {where.name}"
+            )
         return send_message(
             a.settings.endpoint_port, key, thread, text, timeout=timeout, message_id=message_id
         )
-    leg = place_leg(machine, place)
     short = thread.split(":", 1)[1] if thread.startswith("link:") else thread
-    out = leg.run(
-        [
-            "agent",
-            "chat",
-            "send",
-            "--agent",
-            name,
-            "--thread",
-            short,
-            "--message-id",
-            message_id,
-            "--json",
-            text,
-        ]
-    ).stdout
-    return str(json.loads(out)["answer"])
+    args = ["agent", "chat", "send", "--agent", where.name, "--thread", short]
+    answer = where.leg.ask([*args, "--message-id", message_id, "--json", text], ChatAnswer)
+    if answer.answer is None:
+        raise TransportError(
+            f"{where.name}'s box held the message instead of answering",
+            hint=f"lnk box run {where.place} -- agent deliver --agent {where.name}",
+        )
+    return answer.answer
+
+
+def _answer_path(path: Path) -> Path:
+    return path.with_name(path.name.replace(".json", ".answer.json"))
+
+
+def _claim(path: Path) -> Path | None:
+    """Take the held message for delivering (renamed to ``<message>.json.by-<pid>``), so
+    of two lnks finishing one move, one delivers it; None if another has it."""
+    claimed = path.with_name(f"{path.name}.by-{os.getpid()}")
+    try:
+        os.rename(path, claimed)
+    except OSError:
+        return None
+    return claimed
+
+
+def _release_stale(d: Path) -> None:
+    """A claim whose lnk died mid-delivery goes back to being held."""
+    for p in d.glob("msg-*.json.by-*"):
+        pid = p.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.rename(p, p.with_name(p.name.split(".by-")[0]))
 
 
 def deliver_one(machine: Machine, path: Path, say: Say) -> dict[str, Any] | None:
+    """Hand one held message over where its agent answers now; its answer is kept beside
+    it (``<message>.answer.json``) for whoever waits for it, until taken.  None when
+    another lnk delivers it (or did)."""
+    claimed = _claim(path)
+    if claimed is None:
+        return None
     try:
-        msg = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None  # delivered by another process meanwhile
+        msg = json.loads(claimed.read_text())
+        try:
+            where = where_is(machine, msg["agent"], ask_boxes=False)
+            answer = send_to(machine, where, msg["thread"], msg["text"], msg["id"])
+        except NotFound:
+            say(
+                f"a message for {msg['agent']} can't be delivered (the agent is gone); here "
+                f"it is whole, sent {time.ctime(msg['at'])} on {msg['thread']}:\n{msg['text']}"
+            )
+            claimed.unlink(missing_ok=True)
+            return {"id": msg["id"], "delivered": False, "text": msg["text"]}
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rename(claimed, path)  # held again: the next start, move or deliver tries again
+        raise
+    done = {"id": msg["id"], "delivered": True, "thread": msg["thread"], "answer": answer}
+    out = _answer_path(path)
+    tmp = out.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(done | {"text": msg["text"], "at": msg["at"]}))
+    os.replace(tmp, out)
+    claimed.unlink(missing_ok=True)
+    return done
+
+
+def _take(p: Path) -> dict[str, Any] | None:
+    """A kept answer, taken: renamed away first, so of two takers one gets it."""
+    taken = p.with_suffix(f".taken-{os.getpid()}")
     try:
-        answer = send_to(machine, msg["agent"], msg["thread"], msg["text"], msg["id"])
-    except NotFound:
-        say(
-            f"a message for {msg['agent']} can't be delivered (the agent is gone); here it is "
-            f"whole, sent {time.ctime(msg['at'])} on {msg['thread']}:\n{msg['text']}"
-        )
-        path.unlink(missing_ok=True)
-        return {"id": msg["id"], "delivered": False, "text": msg["text"]}
-    path.unlink(missing_ok=True)
-    return {"id": msg["id"], "delivered": True, "thread": msg["thread"], "answer": answer}
+        os.rename(p, taken)
+    except OSError:
+        return None
+    try:
+        data = json.loads(taken.read_text())
+    except (OSError, ValueError):
+        data = None
+    taken.unlink(missing_ok=True)
+    return data if isinstance(data, dict) else None
+
+
+def _being_delivered(path: Path) -> bool:
+    return any(path.parent.glob(f"{path.name}.by-*"))
+
+
+def take_answer(machine: Machine, agent_id: str, message_id: str) -> str | None:
+    """The answer a delivery kept for ``message_id``, taken (so it is handed over once)."""
+    data = _take(_answer_path(machine.held_dir / agent_id / f"{message_id}.json"))
+    return None if data is None or not isinstance(data.get("answer"), str) else data["answer"]
+
+
+def take_earlier(machine: Machine, agent_id: str, thread: str) -> tuple[EarlierAnswer, ...]:
+    """The answers kept for this thread that nobody waited for (their chat returned while
+    the message was held), taken, oldest first: the next chat on the thread hands them
+    over, once."""
+    d = machine.held_dir / agent_id
+    if not d.is_dir():
+        return ()
+    found: list[tuple[float, EarlierAnswer]] = []
+    for p in d.glob("msg-*.answer.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(p.read_text()).get("thread") != thread:
+                continue
+        data = _take(p)
+        if data is None:
+            continue
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            found.append(
+                (
+                    float(data.get("at", 0)),
+                    EarlierAnswer(str(data["id"]), str(data["text"]), str(data["answer"])),
+                )
+            )
+    return tuple(e for _, e in sorted(found, key=lambda f: f[0]))
 
 
 def deliver_all(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any]]:
@@ -122,7 +200,8 @@ def deliver_all(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any
     out: list[dict[str, Any]] = []
     if not d.is_dir():
         return out
-    for p in sorted(d.glob("msg-*.json"), key=lambda p: p.stat().st_mtime):
+    _release_stale(d)
+    for p in sorted(d.glob("msg-*[0-9a-f].json"), key=lambda p: p.stat().st_mtime):
         try:
             r = deliver_one(machine, p, say)
         except LnkError as e:
@@ -131,7 +210,11 @@ def deliver_all(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any
         if r:
             out.append(r)
             if r.get("delivered"):
-                say(f"delivered a message held during the move ({r['id']})")
+                say(
+                    f"delivered a message held during the move ({r['id']} on {r['thread']}); "
+                    f"its answer: {one_line(str(r['answer']), 2000)} (the next chat on "
+                    f"{r['thread']} hands it over too)"
+                )
     return out
 
 
@@ -155,18 +238,6 @@ def mover_alive(e: journal.Entry) -> bool:
     return False
 
 
-@dataclass
-class ChatResult:
-    agent: str
-    thread: str
-    message_id: str
-    answer: str | None  # None while the message is held
-    held: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def chat(
     machine: Machine,
     name: str | None,
@@ -175,7 +246,7 @@ def chat(
     message_id: str | None,
     say: Say,
     wait_s: float = 120.0,
-) -> ChatResult:
+) -> ChatAnswer:
     """``lnk agent chat send``: straight to the agent, or held while it moves.
 
     During a move under way (its switch takes seconds) the answer is waited for.
@@ -184,13 +255,15 @@ def chat(
     with ``held``: the ``lnk agent start`` or ``lnk agent move`` that finishes the
     move, or ``lnk agent deliver``, hands it over.
     """
-    name, agent_id, place = where_is(machine, name, ask_boxes=False)
+    where = where_is(machine, name, ask_boxes=False)
+    name, agent_id = where.name, where.id
     message_id = message_id or new_message_id()
     moving = journal.entries(machine, agent_id)
     if not moving or not moving[0].at_least("paused"):
         try:
-            answer = send_to(machine, name, thread, text, message_id, place=place)
-            return ChatResult(name, thread, message_id, answer)
+            answer = send_to(machine, where, thread, text, message_id)
+            earlier = take_earlier(machine, agent_id, thread)
+            return ChatAnswer(name, thread, message_id, answer, earlier=earlier)
         except (AgentNotRunning, TransportError):
             if not journal.entries(machine, agent_id):
                 raise
@@ -204,22 +277,26 @@ def chat(
                 f"{message_id} is held, and the lnk agent start or lnk agent move that "
                 "finishes the move hands it over"
             )
-            return ChatResult(name, thread, message_id, None, held=True)
+            return ChatAnswer(name, thread, message_id, None, held=True)
         if not said:
             say(f"{name} is moving; your message is held and will be answered where it goes")
             said = True
         time.sleep(0.2)
-    r = deliver_one(machine, path, say)
-    if r is None:  # the move delivered it: ask again by ID for the same answer
-        return ChatResult(
-            name, thread, message_id, send_to(machine, name, thread, text, message_id)
-        )
-    if not r.get("delivered"):
+    r = deliver_one(machine, path, say)  # the move ended without handing it over: here
+    if r is not None and not r.get("delivered"):
         raise NotFound(f"{name} is gone; your message was not delivered")
-    return ChatResult(name, thread, message_id, str(r["answer"]))
+    kept = take_answer(machine, agent_id, message_id)
+    deadline = time.monotonic() + wait_s
+    while kept is None and r is None and _being_delivered(path) and time.monotonic() < deadline:
+        time.sleep(0.1)  # another lnk hands it over now: its answer comes beside it
+        kept = take_answer(machine, agent_id, message_id)
+    if kept is None:  # taken by another lnk meanwhile: the harness answers an ID once, again
+        kept = send_to(machine, where_is(machine, name, ask_boxes=False), thread, text, message_id)
+    return ChatAnswer(
+        name, thread, message_id, kept, earlier=take_earlier(machine, agent_id, thread)
+    )
 
 
 def deliver(machine: Machine, name: str | None, say: Say) -> list[dict[str, Any]]:
     """``lnk agent deliver``: hand the agent what was held for it, wherever it answers."""
-    _, agent_id, _ = where_is(machine, name, ask_boxes=False)
-    return deliver_all(machine, agent_id, say)
+    return deliver_all(machine, where_is(machine, name, ask_boxes=False).id, say)

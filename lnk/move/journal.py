@@ -5,8 +5,8 @@ can't be ended at once (the mover killed, a box that stopped answering) is
 finished by the next ``lnk agent move`` or ``lnk agent start`` of that agent.
 An entry for a box that doesn't answer stays until it does.
 
-Where each agent is (when it is not on this computer) is kept beside it, in
-``~/.lnk/locations.json``: agent name -> {"id", "place"}.
+Where each agent is (when it is not on this computer) is kept by
+:mod:`lnk.places.where` (``~/.lnk/locations.json``).
 """
 
 from __future__ import annotations
@@ -162,28 +162,3 @@ def entries(machine: Machine, agent_id: str | None = None) -> list[Entry]:
         if agent_id is None or e.agent_id == agent_id:
             out.append(e)
     return out
-
-
-def _locations_path(machine: Machine) -> Path:
-    return machine.state_dir / "locations.json"
-
-
-def locations(machine: Machine) -> dict[str, dict[str, str]]:
-    try:
-        data = json.loads(_locations_path(machine).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def set_location(machine: Machine, name: str, agent_id: str, place: str) -> None:
-    locs = locations(machine)
-    if place == "here":
-        locs.pop(name, None)
-    else:
-        locs[name] = {"id": agent_id, "place": place}
-    p = _locations_path(machine)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(locs, indent=1))
-    os.replace(tmp, p)

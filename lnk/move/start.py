@@ -9,17 +9,17 @@ started here: the refusal says where it is.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.moved import refuse_if_moved
 from lnk.errors import LnkError, UsageError
 from lnk.move import journal
+from lnk.move.finish import finish_all
 from lnk.move.held import deliver_all
-from lnk.move.move import finish_all
-from lnk.move.where import HERE, where_is
 from lnk.payload.receivers import purge_expired
+from lnk.places.where import HERE, where_is
+from lnk.protocol import Status
 from lnk.runtime import service
 
 Say = Callable[[str], None]
@@ -31,25 +31,24 @@ def finish_pending(machine: Machine, name: str | None, say: Say) -> None:
     if name is None and not journal.entries(machine):
         return
     try:
-        name, agent_id, _ = where_is(machine, name, ask_boxes=False)
+        where = where_is(machine, name, ask_boxes=False)
     except LnkError:
         if name is not None:
             refuse_if_moved(machine, name)
         raise
-    finish_all(machine, say, agent_id)
-    if not machine.settings_file(name).exists():
-        refuse_if_moved(machine, name)
-        _, _, place = where_is(machine, name, ask_boxes=False)
+    finish_all(machine, say, where.id)
+    if not machine.settings_file(where.name).exists():
+        refuse_if_moved(machine, where.name)
+        # the finished move took it elsewhere (or it was there already): say where
+        place = where_is(machine, where.name, ask_boxes=False).place
         if place != HERE:
             raise UsageError(
-                f"{name} is on the box {place}, not here",
-                hint=f"lnk box run {place} -- lnk agent start --agent {name}",
+                f"{where.name} is on the box {place}, not here",
+                hint=f"lnk box run {place} -- agent start --agent {where.name}",
             )
 
 
-def start_agent(
-    machine: Machine, name: str | None, sandbox: bool | None, say: Say
-) -> dict[str, Any]:
+def start_agent(machine: Machine, name: str | None, sandbox: bool | None, say: Say) -> Status:
     """Finish earlier moves, start the agent here, hand it the messages held for it."""
     purge_expired(machine)  # nothing secret lingers: old receivers, kept folders of moved agents
     finish_pending(machine, name, say)

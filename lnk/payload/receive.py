@@ -13,14 +13,16 @@ import os
 import sqlite3
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lnk import protocol
 from lnk.agents import policy, ports
 from lnk.agents.layout import Machine
 from lnk.agents.machine import account_owner
 from lnk.agents.registry import Agent, find_by_id, taken_blocks
+from lnk.agents.running import is_running
 from lnk.agents.settings import Settings, migrate
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
 from lnk.formats.stream import StreamReader
@@ -52,8 +54,30 @@ class ReceiveReport:
     kept_from_moved: list[str] = field(default_factory=list)
     conflicts: list[dict[str, str]] = field(default_factory=list)
 
+    def answer(self) -> protocol.ReceiveReport:
+        """The report as the box protocol carries it."""
+        return protocol.ReceiveReport(
+            agent=self.agent,
+            id=self.id,
+            owner=self.owner,
+            phase=self.phase,
+            committed=self.committed,
+            entries=self.entries,
+            files=self.files,
+            data_bytes=self.data_bytes,
+            collections=self.collections,
+            unchanged_home_files=self.unchanged_home_files,
+            dropped_grants=tuple(self.dropped_grants),
+            kept_here=tuple(self.kept_here),
+            grants_from=self.grants_from,
+            skipped=tuple(self.skipped),
+            stream_id=self.stream_id,
+            kept_from_moved=tuple(self.kept_from_moved),
+            conflicts=tuple(self.conflicts),
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.answer().to_json()
 
 
 def check_destination(machine: Machine, head: M.Head) -> Agent | None:
@@ -78,11 +102,8 @@ def check_destination(machine: Machine, head: M.Head) -> Agent | None:
             "signed in as it",
             hint="sign in here as that account first",
         )
-    if existing is not None:
-        from lnk.runtime.service import is_running
-
-        if is_running(existing):
-            raise Refused(f"{existing.name} is running here", hint="stop it here first, or move it")
+    if existing is not None and is_running(existing):
+        raise Refused(f"{existing.name} is running here", hint="stop it here first, or move it")
     return existing
 
 

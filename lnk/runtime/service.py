@@ -9,7 +9,6 @@ otherwise) and writes ``endpoint.json`` once the harness listens.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,7 +23,11 @@ from lnk.agents.backup_key import key_warning
 from lnk.agents.grants import read_spec
 from lnk.agents.machine import account_owner, load_machine
 from lnk.agents.registry import Agent, last_backup, taken_blocks
+from lnk.agents.running import is_running, pid_alive, read_json, runner_pid
 from lnk.errors import AgentNotRunning
+from lnk.harness.client import status as harness_status
+from lnk.protocol import Status
+from lnk.runtime.proxy import last_refusal
 from lnk.sandbox.limits import Limits, systemd_properties
 
 START_DEADLINE_S = float(os.environ.get("LNK_START_DEADLINE", "30"))
@@ -43,40 +46,6 @@ def _manager() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "process"
     return "systemd" if r.stdout.strip() in ("running", "degraded", "starting") else "process"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def runner_pid(agent: Agent) -> int | None:
-    try:
-        pid = int((agent.runtime / "runner.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _pid_alive(pid) else None
-
-
-def is_running(agent: Agent) -> bool:
-    return runner_pid(agent) is not None
 
 
 def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
@@ -114,7 +83,7 @@ def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
     return notes
 
 
-def start(agent: Agent) -> dict[str, Any]:
+def start(agent: Agent) -> Status:
     """Start the runner in the background and wait until the harness answers."""
     if is_running(agent):
         return status(agent)
@@ -185,11 +154,11 @@ def _log_tail(agent: Agent, lines: int = 5) -> str:
     return " | ".join(text.strip().splitlines()[-lines:])
 
 
-def _wait_answering(agent: Agent) -> dict[str, Any]:
+def _wait_answering(agent: Agent) -> Status:
     deadline = time.monotonic() + START_DEADLINE_S
     while time.monotonic() < deadline:
         st = status(agent)
-        if st["running"]:
+        if st.running:
             return st
         if runner_pid(agent) is None and (agent.runtime / "runner.pid").exists():
             raise AgentNotRunning(
@@ -214,9 +183,9 @@ def stop(agent: Agent, timeout: float = 150.0) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         os.killpg(pid, signal.SIGKILL) if _is_group_leader(pid) else os.kill(pid, signal.SIGKILL)
     (agent.runtime / "runner.pid").unlink(missing_ok=True)
     (agent.runtime / "endpoint.json").unlink(missing_ok=True)
@@ -238,54 +207,52 @@ def endpoint_key(agent: Agent) -> bytes | None:
         return None
 
 
-def status(agent: Agent, ask: bool = True) -> dict[str, Any]:
+def status(agent: Agent, ask: bool = True) -> Status:
+    """The agent's status here; with ``ask``, its harness is asked whether it answers as
+    this agent, otherwise the runner's word (``endpoint.json``) is taken."""
     s = agent.settings
-    ep = _read_json(agent.runtime / "endpoint.json")
+    ep = read_json(agent.runtime / "endpoint.json")
     pid = runner_pid(agent)
-    out: dict[str, Any] = {
-        "name": s.name,
-        "id": s.id,
-        "owner": s.owner,
-        "running": False,
-        "state": "stopped",
-        "endpoint": f"http://127.0.0.1:{s.endpoint_port}",
-        "sandboxed": s.sandbox,
-        "ports": s.ports,
-        "store": s.store,
-        "service": s.service_name,
-    }
+    running, state, sandboxed = False, "stopped", s.sandbox
+    problem: str | None = None
+    died: dict[str, Any] | None = None
     if pid is not None:
-        out["pid"] = pid
-        out["state"] = "starting"
+        state = "starting"
         key = endpoint_key(agent)
-        if ep and key and ask:
-            from lnk.harness.client import status as harness_status
-
+        if ep and not ask:
+            running, state = True, "running"
+            sandboxed = bool(ep.get("sandboxed", s.sandbox))
+        elif ep and key:
             try:
                 answer = harness_status(int(ep["port"]), key, timeout=3.0)
             except Exception as e:
-                out["state"] = "not answering"
-                out["problem"] = str(e)
+                state, problem = "not answering", str(e)
             else:
-                ok = answer.get("id") == s.id
-                out["running"] = ok
-                out["state"] = "running" if ok else "answered as another agent"
-                out["sandboxed"] = bool(ep.get("sandboxed", s.sandbox))
+                running = answer.get("id") == s.id
+                state = "running" if running else "answered as another agent"
+                sandboxed = bool(ep.get("sandboxed", s.sandbox))
     else:
-        died = _read_json(agent.runtime / "exit.json")
+        died = read_json(agent.runtime / "exit.json")
         if died:
-            out["state"] = "died"
-            out["exit"] = died
-    from lnk.runtime.proxy import last_refusal
-
-    refused = last_refusal(agent.runtime)
-    if refused:
-        out["refused"] = refused
+            state = "died"
     backup = last_backup(agent.runtime)
-    out["backup"] = backup
-    if backup and not backup.get("ok") and "problem" not in out:
-        out["problem"] = f"the last backup failed at {backup.get('time')}: {backup.get('error')}"
-    warning = key_warning(agent.machine)
-    if warning:
-        out["warning"] = warning
-    return out
+    if backup and not backup.get("ok") and problem is None:
+        problem = f"the last backup failed at {backup.get('time')}: {backup.get('error')}"
+    return Status(
+        name=s.name,
+        id=s.id,
+        owner=s.owner,
+        running=running,
+        state=state,
+        endpoint=f"http://127.0.0.1:{s.endpoint_port}",
+        sandboxed=sandboxed,
+        ports=tuple(s.ports),
+        store=s.store,
+        service=s.service_name,
+        pid=pid,
+        problem=problem,
+        warning=key_warning(agent.machine),
+        exit=died,
+        refused=last_refusal(agent.runtime),
+        backup=backup,
+    )

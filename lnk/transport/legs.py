@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from lnk.errors import InvalidInput, LnkError, TransportError
-from lnk.transport.protocol import PROTOCOL_ARGS, error_line, last_line, remote_error
+from lnk.protocol import A, decode
+from lnk.transport.errorline import PROTOCOL_ARGS, error_line, last_line, remote_error
 
 SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
@@ -216,6 +217,12 @@ class Leg:
         here (message and hint included); a broken connection a TransportError.
         """
         return self._run(self.argv(args, bare), list(args), stdin, capture, check)
+
+    def ask(self, args: Sequence[str], answer: type[A], stdin: Stdin = None) -> A:
+        """Run ``lnk ARGS`` there and take its JSON answer as ``answer``, checked where it
+        arrives (:mod:`lnk.protocol`): a box's error raises here, and so does an answer that
+        is not one."""
+        return decode(self.run(args, stdin=stdin).stdout, answer, self.name)
 
     def run_to_file(self, args: Sequence[str]) -> IO[bytes]:
         """Run ``lnk ARGS`` there, its stdout into a temporary file (read from its start),

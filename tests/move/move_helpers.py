@@ -94,8 +94,13 @@ class World:
         return not d.is_dir() or not list(d.glob("mv-*.json"))
 
     def held_empty(self) -> bool:
+        """No message is held undelivered (answers kept for the next chat may be there)."""
         d = self.here / ".lnk" / "held"
-        return not d.is_dir() or not list(d.rglob("*.json"))
+        return not d.is_dir() or not [p for p in d.rglob("msg-*.json") if ".answer." not in p.name]
+
+    def kept_answers(self) -> list[Path]:
+        d = self.here / ".lnk" / "held"
+        return sorted(d.rglob("msg-*.answer.json")) if d.is_dir() else []
 
 
 def make_agent(world: World, place: str = HERE) -> str:
@@ -158,6 +163,7 @@ class Chatter:
         self.failed: list[tuple[str, str]] = []
         self.answers: dict[str, str] = {}
         self.held: list[str] = []
+        self.earlier: dict[str, list[str]] = {}  # answers handed over by a later chat
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -169,6 +175,8 @@ class Chatter:
             r = self.world.lnk(
                 "agent", "chat", "send", "--agent", AGENT, "--json", text, timeout=300
             )
+            for e in r.json().get("earlier", []) if r.code == 0 else []:
+                self.earlier.setdefault(e["text"], []).append(e["answer"])
             if r.code == 0 and r.json().get("held"):
                 self.sent.append(text)  # held: the start or move that finishes hands it over
                 self.held.append(text)
@@ -198,6 +206,19 @@ class Chatter:
             assert m and m.group(1) == text, f"{text!r} got the answer {self.answers[text]!r}"
         answered_once(world, place, self.sent)
         assert world.held_empty(), "messages are still held in ~/.lnk/held/"
+        # an answer nobody waited for is kept for the next chat on its thread, which hands
+        # each over once: a later chat of the loop, or the one here
+        if world.kept_answers():
+            r = world.lnk("agent", "chat", "send", "--agent", AGENT, "--json", "after", timeout=300)
+            assert r.code == 0, r.err
+            for e in r.json()["earlier"]:
+                self.earlier.setdefault(e["text"], []).append(e["answer"])
+        assert world.kept_answers() == []
+        assert sorted(self.earlier) == sorted(self.held), (self.earlier, self.held)
+        for text, got in self.earlier.items():
+            assert len(got) == 1, f"{text!r} was handed over {len(got)} times"
+            m = ANSWER.search(got[0])
+            assert m and m.group(1) == text, (text, got)
 
 
 def check_left(world: World, place: str, agent_id: str, went: str) -> None:

@@ -26,6 +26,15 @@ def _held_chat(world: World, text: str) -> None:
     assert [p.stem for p in held] == [answer["message_id"]]
 
 
+def _next_chat_hands_over(world: World, text: str) -> None:
+    """The answer nobody waited for comes with the next chat on its thread, once."""
+    r = world.ok("agent", "chat", "send", "--agent", AGENT, "next")
+    assert "your earlier message" in r.err and text in r.err, r.err
+    assert text in r.out.splitlines()[0] and "next" in r.out.splitlines()[-1], r.out
+    again = world.ok("agent", "chat", "send", "--agent", AGENT, "--json", "again")
+    assert again.json()["earlier"] == []
+
+
 def test_start_that_finishes_a_move_delivers_what_was_held(world: World) -> None:
     agent_id = _stuck_move(world, "move:after-pause")  # undone: it answers here again
     _held_chat(world, "while-stuck")
@@ -34,6 +43,7 @@ def test_start_that_finishes_a_move_delivers_what_was_held(world: World) -> None
     assert world.journal_empty() and world.held_empty()
     assert world.exactly_one(agent_id) == HERE
     answered_once(world, HERE, ["while-stuck"])
+    _next_chat_hands_over(world, "while-stuck")
 
 
 def test_move_that_finishes_a_move_delivers_what_was_held(world: World) -> None:
@@ -44,3 +54,4 @@ def test_move_that_finishes_a_move_delivers_what_was_held(world: World) -> None:
     assert world.journal_empty() and world.held_empty()
     assert world.exactly_one(agent_id) == HERE
     answered_once(world, HERE, ["before-finish"])  # answered on b1, carried back here
+    _next_chat_hands_over(world, "before-finish")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lnk.errors import InvalidInput, LnkError, NotFound, StreamError, TransportError
+from lnk.transport.errorline import error_line, remote_error
 from lnk.transport.legs import LocalLeg, pipe
-from lnk.transport.protocol import error_line, remote_error
 
 
 def _lnk(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from hosts import Hosts, run_lnk
 import lnk
 from lnk.errors import AlreadyExists, InvalidInput, NotFound
 from lnk.formats import FORMAT as STREAM_FORMAT
-from lnk.transport import boxes
+from lnk.places import boxes
+from lnk.places.wheel import build_wheel
+from lnk.protocol import Version
 from lnk.transport.legs import LocalLeg, SshLeg
 
 
@@ -162,18 +165,18 @@ def test_ssh_box_leg_carries_remote_lnk(home: Path) -> None:
 
 
 def test_needs_install() -> None:
-    ours = {"version": lnk.__version__, "stream_format": STREAM_FORMAT}
+    ours = Version(lnk.__version__, STREAM_FORMAT)
     assert not boxes.needs_install(ours)
-    assert not boxes.needs_install(ours | {"version": "99.0"})
+    assert not boxes.needs_install(replace(ours, version="99.0"))
     assert boxes.needs_install(None)
-    assert boxes.needs_install(ours | {"version": "0.0.1"})
-    assert boxes.needs_install(ours | {"stream_format": STREAM_FORMAT - 1})
-    assert boxes.needs_install(ours | {"stream_format": None})
+    assert boxes.needs_install(replace(ours, version="0.0.1"))
+    assert boxes.needs_install(replace(ours, stream_format=STREAM_FORMAT - 1))
+    assert boxes.needs_install(replace(ours, stream_format=None))
 
 
 def test_wheel_is_cached_and_complete(home: Path) -> None:
-    w1 = boxes.build_wheel()
-    w2 = boxes.build_wheel()
+    w1 = build_wheel()
+    w2 = build_wheel()
     assert w1 == w2
     assert w1.is_relative_to(home / ".lnk" / "cache")
     with zipfile.ZipFile(w1) as z:

@@ -16,8 +16,8 @@ from hosts import Hosts
 from lnk import __version__
 from lnk.errors import InvalidInput, LnkError, NotFound, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
+from lnk.transport.errorline import error_line
 from lnk.transport.legs import Leg, SshLeg, pipe
-from lnk.transport.protocol import error_line
 
 SIZE = 64 << 20
 CHUNK = 1 << 20

@@ -16,31 +16,24 @@ stream format (``STREAM_FORMAT``), not the version: a dev build has none.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import contextlib
-import hashlib
-import json
 import os
 import re
-import shlex
-import subprocess
 import tempfile
 import tomllib
-import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import tomli_w
 
 import lnk
 from lnk.agents.layout import Machine
 from lnk.agents.settings import check_name
-from lnk.errors import AlreadyExists, InvalidInput, LnkError, NotFound, Refused, TransportError
+from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
+from lnk.places.wheel import build_wheel, install_wheel
+from lnk.protocol import Version, decode
 from lnk.transport.legs import Leg, LocalLeg, SshLeg
 
 USER_LNK = "$HOME/.local/bin/lnk"
@@ -79,17 +72,17 @@ class Box:
 class AddReport:
     box: Box
     action: str  # "found", "installed" or "upgraded"
-    before: dict[str, object] | None
-    after: dict[str, object]
+    before: Version | None
+    after: Version
 
     def describe(self) -> str:
-        now = f"lnk {self.after['version']} (stream format {self.after['stream_format']})"
+        now = f"lnk {self.after.version} (stream format {self.after.stream_format})"
         if self.action == "found":
             return f"box {self.box.name} answers: {now}"
         if self.action == "upgraded" and self.before:
             return (
-                f"box {self.box.name}: upgraded lnk {self.before.get('version')} "
-                f"(stream format {self.before.get('stream_format')}) to {now}"
+                f"box {self.box.name}: upgraded lnk {self.before.version} "
+                f"(stream format {self.before.stream_format}) to {now}"
             )
         return f"box {self.box.name}: installed {now}"
 
@@ -210,20 +203,16 @@ def add(
 # --- versions --------------------------------------------------------------
 
 
-def remote_info(leg: Leg) -> dict[str, object]:
-    """``{"version": ..., "stream_format": ...}`` of the lnk at a leg.
+def remote_info(leg: Leg) -> Version:
+    """The release and stream format of the lnk at a leg.
 
     Asks ``lnk version --json``; an lnk too old to have it answers
     ``lnk --version`` only, and its stream format is None (unknown).
     """
     r = leg.run(["version", "--json"], check=False, bare=True)
     if r.returncode == 0:
-        try:
-            data = json.loads(r.stdout)
-            return {"version": str(data["version"]), "stream_format": data.get("stream_format")}
-        except (ValueError, KeyError, TypeError):
-            pass
-    elif r.returncode != 2:
+        return decode(r.stdout, Version, leg.name)
+    if r.returncode != 2:
         leg.check(r.returncode, r.stderr.decode("utf-8", "replace"))
     r = leg.run(["--version"], bare=True)
     m = re.search(r"version\s+(\S+)", r.stdout.decode("utf-8", "replace"))
@@ -232,7 +221,7 @@ def remote_info(leg: Leg) -> dict[str, object]:
             f"{leg.name} does not run lnk: 'lnk --version' said {r.stdout[:200]!r}",
             hint="set LNK_REMOTE_LNK to the lnk program there",
         )
-    return {"version": m.group(1), "stream_format": None}
+    return Version(m.group(1), None)
 
 
 def version_tuple(v: str) -> tuple[int, ...]:
@@ -245,16 +234,16 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def needs_install(info: dict[str, object] | None) -> bool:
+def needs_install(info: Version | None) -> bool:
     """Missing, older, or of another stream format (a dev build of the same version)."""
     if info is None:
         return True
-    if info.get("stream_format") != STREAM_FORMAT:
+    if info.stream_format != STREAM_FORMAT:
         return True
-    return version_tuple(str(info["version"])) < version_tuple(lnk.__version__)
+    return version_tuple(info.version) < version_tuple(lnk.__version__)
 
 
-def _probe(leg: SshLeg) -> dict[str, object] | None:
+def _probe(leg: SshLeg) -> Version | None:
     try:
         return remote_info(leg)
     except TransportError as e:
@@ -277,12 +266,12 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
         return AddReport(box, "found", before, before)
     if (
         before is not None
-        and before.get("stream_format") not in (None, STREAM_FORMAT)
-        and version_tuple(str(before["version"])) > version_tuple(lnk.__version__)
+        and before.stream_format not in (None, STREAM_FORMAT)
+        and version_tuple(before.version) > version_tuple(lnk.__version__)
     ):
         raise Refused(
-            f"box {box.name} runs lnk {before['version']} (stream format "
-            f"{before['stream_format']}), newer than this lnk {lnk.__version__} "
+            f"box {box.name} runs lnk {before.version} (stream format "
+            f"{before.stream_format}), newer than this lnk {lnk.__version__} "
             f"(stream format {STREAM_FORMAT})",
             hint="upgrade lnk on this computer, then try again",
         )
@@ -317,8 +306,8 @@ def ensure_current(box: Box, *, install: bool = True) -> AddReport:
     ``box add`` does (and the registry learns where, if it went to ``~/.local``).
     """
     if box.local is not None:
-        info = {"version": lnk.__version__, "stream_format": STREAM_FORMAT}
-        return AddReport(box, "found", info, info)
+        here = Version(lnk.__version__, STREAM_FORMAT)
+        return AddReport(box, "found", here, here)
     report = _add_ssh(box, install)
     if report.box.remote_lnk != box.remote_lnk:
         boxes = _load()
@@ -326,197 +315,6 @@ def ensure_current(box: Box, *, install: bool = True) -> AddReport:
             boxes[box.name]["remote_lnk"] = str(report.box.remote_lnk)
             _save(boxes)
     return report
-
-
-# --- the agents on every box --------------------------------------------------
-
-
-@dataclass
-class BoxAgents:
-    """What one box said about its own agents: rows of ``agent list --json``, or why not."""
-
-    box: str
-    agents: builtins.list[dict[str, Any]] | None = None
-    error: str | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self.agents is not None
-
-
-def _ask_agents(box: Box, timeout: float) -> BoxAgents:
-    leg = box.leg()
-    for args in (["agent", "list", "--here", "--json"], ["agent", "list", "--json"]):
-        try:
-            p = leg.popen(args)
-        except LnkError as e:
-            return BoxAgents(box.name, error=e.message)
-        with p:
-            try:
-                out = p.read_answer(timeout=timeout)
-            except (LnkError, subprocess.TimeoutExpired) as e:
-                why = e.message if isinstance(e, LnkError) else "no answer in time"
-                return BoxAgents(box.name, error=why)
-            if p.proc.returncode == 2 and "--here" in args:
-                continue  # an lnk older than --here: its own agents are the rows placed "here"
-            try:
-                leg.check(p.proc.returncode, p.stderr_text())
-                rows = json.loads(out)
-                if isinstance(rows, dict):
-                    rows = rows.get("agents")
-                if not isinstance(rows, builtins.list):
-                    raise ValueError("not a list of agents")
-            except LnkError as e:
-                return BoxAgents(box.name, error=e.message)
-            except ValueError as e:
-                return BoxAgents(box.name, error=f"an answer that is not an agent list ({e})")
-        return BoxAgents(
-            box.name,
-            agents=[r for r in rows if isinstance(r, dict) and r.get("place", "here") == "here"],
-        )
-    return BoxAgents(box.name, error="no answer")
-
-
-def agents_on_boxes(timeout: float = 20.0) -> builtins.list[BoxAgents]:
-    """Ask every added box, at once, which agents live there (its own, not its boxes')."""
-    found = list_boxes()
-    if not found:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(found))) as pool:
-        return builtins.list(pool.map(lambda b: _ask_agents(b, timeout), found))
-
-
-# --- installing lnk on a box -------------------------------------------------
-
-
-def _b64(digest: bytes) -> str:
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def _package_files() -> builtins.list[tuple[str, Path]]:
-    root = Path(lnk.__file__).parent
-    files = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root.parent).as_posix()
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"):
-            files.append((rel, p))
-    return files
-
-
-def _metadata_text() -> str:
-    lines = [
-        "Metadata-Version: 2.1",
-        "Name: lnk",
-        f"Version: {lnk.__version__}",
-        "Summary: Carry AI agents' state between machines and into and out of buckets",
-    ]
-    try:
-        meta = metadata.metadata("lnk")
-        if meta["Requires-Python"]:
-            lines.append(f"Requires-Python: {meta['Requires-Python']}")
-        lines += [
-            f"Requires-Dist: {r}"
-            for r in (meta.get_all("Requires-Dist") or [])
-            if "extra ==" not in r
-        ]
-    except metadata.PackageNotFoundError:
-        pass
-    return "\n".join(lines) + "\n"
-
-
-def build_wheel() -> Path:
-    """A wheel of the running lnk's own files, cached under ``~/.lnk/cache/wheels/``.
-
-    Built by hand (a zip with dist-info), so it needs neither the source tree
-    nor a build tool; keyed by a hash of the files, since a dev build changes
-    without a new version.
-    """
-    files = _package_files()
-    meta = _metadata_text()
-    key = hashlib.sha256(meta.encode())
-    for rel, p in files:
-        key.update(rel.encode() + b"\0")
-        with p.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 16), b""):
-                key.update(chunk)
-    wheel_name = f"lnk-{lnk.__version__}-py3-none-any.whl"
-    out = Machine.current().state_dir / "cache" / "wheels" / key.hexdigest()[:16] / wheel_name
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    dist = f"lnk-{lnk.__version__}.dist-info"
-    extra = {
-        f"{dist}/METADATA": meta,
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: lnk\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-        f"{dist}/entry_points.txt": "[console_scripts]\nlnk = lnk.cli.main:main\n",
-    }
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    record = []
-    try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:
-            for rel, p in files:
-                h = hashlib.sha256()
-                info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
-                info.external_attr = 0o644 << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                with p.open("rb") as src, z.open(info, "w") as dst:
-                    for chunk in iter(lambda: src.read(1 << 16), b""):
-                        h.update(chunk)
-                        dst.write(chunk)
-                record.append(f"{rel},sha256={_b64(h.digest())},{p.stat().st_size}")
-            for rel, text in extra.items():
-                data = text.encode()
-                z.writestr(rel, data)
-                record.append(f"{rel},sha256={_b64(hashlib.sha256(data).digest())},{len(data)}")
-            record.append(f"{dist}/RECORD,,")
-            z.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return out
-
-
-def install_script(wheel_name: str) -> str:
-    """The shell line run on the box: wheel on stdin, pip install --user."""
-    w = shlex.quote(wheel_name)
-    pip = (
-        "PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_BREAK_SYSTEM_PACKAGES=1 "
-        "python3 -m pip install --user --quiet"
-    )
-    return (
-        'command -v python3 >/dev/null || { echo "python3 is not installed" >&2; exit 90; }; '
-        'python3 -m pip --version >/dev/null 2>&1 || { echo "pip is not installed" >&2; exit 91; }; '
-        'd=$(mktemp -d "${TMPDIR:-/tmp}/lnk-install.XXXXXX") || exit 92; '
-        "trap 'rm -rf \"$d\"' EXIT; "
-        f'cat > "$d"/{w} && '
-        f'{pip} --force-reinstall --no-deps "$d"/{w} && {pip} "$d"/{w}'
-    )
-
-
-def install_wheel(leg: Leg, wheel: Path) -> None:
-    """Send the wheel over the leg (stdin) and install it there for the user."""
-    with wheel.open("rb") as f:
-        r = leg.run_shell(install_script(wheel.name), stdin=f, check=False)
-    if r.returncode == 0:
-        return
-    err = r.stderr.decode("utf-8", "replace")
-    if r.returncode == 255:
-        leg.check(r.returncode, err)
-    need = {
-        90: "install python3 (3.11 or later) on it",
-        91: "install pip there (e.g. apt-get install python3-pip)",
-    }
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    raise TransportError(
-        f"installing lnk on {leg.name} failed: {lines[-1] if lines else f'exit {r.returncode}'}",
-        hint=need.get(
-            r.returncode,
-            "run 'python3 -m pip install --user lnk' there by hand, or set LNK_REMOTE_LNK",
-        ),
-    )
 
 
 list = list_boxes  # the registry's verbs: add, list, get, remove (boxes.list())

@@ -1,0 +1,138 @@
+"""The steps a move runs at each end: the box protocol's commands, typed (docs/boxes.md).
+
+Each step is one ``lnk`` command at a leg; its answer is a :mod:`lnk.protocol`
+class, checked where it arrives.  The legs come from the mover, resolved once
+per move (:class:`Ends`), never rebuilt from a place's name here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
+
+from lnk.agents.layout import Machine
+from lnk.agents.policy import grants_to_send
+from lnk.errors import LnkError, TransportError
+from lnk.move.journal import Entry
+from lnk.move.signals import guard
+from lnk.protocol import Prepared, ProtocolError, ReceiveReport, Status, decode
+from lnk.transport.errorline import error_line
+from lnk.transport.legs import MAX_ANSWER, SSH_FAILED, Leg, read_bounded, settle
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Ends:
+    """A move's two legs, resolved once: where the agent leaves, where it goes."""
+
+    src: Leg
+    dst: Leg
+
+
+def status(leg: Leg, name: str) -> Status:
+    return leg.ask(["agent", "status", "--agent", name, "--json"], Status)
+
+
+def prepare(machine: Machine, dst: Leg, name: str, agent_id: str, grants_here: bool) -> Prepared:
+    """A receiver at the destination; the agent's grants go with it when it leaves this
+    computer (the one running the move), since its word, not the stream's, counts."""
+    args = ["agent", "state-receive", "--prepare", "--agent-id", agent_id, "--name", name]
+    if grants_here:
+        grants = grants_to_send(machine.folders(name).sandbox_toml).encode()
+        r = dst.run([*args, "--grants", "-", "--json"], stdin=grants, check=False)
+        # an older lnk there knows no --grants: the stream's, minus the wide ones, apply
+        if not (r.returncode == 2 and b"--grants" in r.stderr):
+            dst.check(r.returncode, r.stderr.decode("utf-8", "replace"))
+            return decode(r.stdout, Prepared, dst.name)
+    return dst.ask([*args, "--json"], Prepared)
+
+
+def inventory(dst: Leg, receiver: str) -> IO[bytes]:
+    """What the receiver holds, spooled to a file (of any size) for the sender's stdin."""
+    return dst.run_to_file(["agent", "state-receive", "--inventory", "--receiver", receiver])
+
+
+def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> ReceiveReport:
+    """One phase's stream: the source's state-send piped into the destination's receiver,
+    fd to fd (no byte passes through this process); the receiver's report."""
+    send = ["agent", "state-send", "--agent", name, "--to", prep.public_key, "--phase", which]
+    recv = ["agent", "state-receive", "--receiver", prep.receiver, "--json"]
+    with inv:
+        a = ends.src.popen([*send, "--inventory", "-"], stdin=inv)
+        try:
+            assert a.stdout is not None
+            b = ends.dst.popen(recv, stdin=a.stdout)
+        except BaseException:
+            a.close()
+            raise
+        a.stdout.close()
+        guard.children |= {a, b}
+        try:
+            with a, b:
+                assert b.stdout is not None
+                answer = read_bounded(b.stdout, MAX_ANSWER, ends.dst.name)
+                _code_a, _code_b, err = settle(ends.src, a, ends.dst, b)
+                guard.check()
+                if err is not None:
+                    raise err
+        finally:
+            guard.children -= {a, b}
+    return decode(answer, ReceiveReport, ends.dst.name)
+
+
+def pause(src: Leg, name: str, move_id: str) -> None:
+    src.run(["agent", "pause", "--agent", name, "--move", move_id])
+
+
+def start_there(dst: Leg, name: str) -> Status:
+    """Start the agent at ``dst``; its status once it answers (one round trip)."""
+    return dst.ask(["agent", "start", "--agent", name, "--json"], Status)
+
+
+def let_go(src: Leg, e: Entry, to: str) -> None:
+    src.run(["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id, "--to", to])
+
+
+def holds(leg: Leg, e: Entry) -> bool:
+    """Whether the agent (by ID) lives at this place, as its own lnk says; TransportError
+    when the place doesn't answer."""
+    r = leg.run(["agent", "status", "--agent", e.agent, "--json"], check=False)
+    if r.returncode != 0:
+        told = error_line(r.stderr.decode("utf-8", "replace")) or {}
+        if r.returncode == SSH_FAILED or told.get("class") == "TransportError":
+            raise TransportError(
+                f"{leg.name} does not answer", hint="the move stays in the journal until it does"
+            )
+        return False
+    try:
+        return decode(r.stdout, Status, leg.name).id == e.agent_id
+    except ProtocolError:
+        return False
+
+
+def abandon(dst: Leg, e: Entry) -> None:
+    if e.receiver:
+        with contextlib.suppress(LnkError):
+            dst.run(["agent", "state-receive", "--abandon", "--receiver", e.receiver])
+
+
+def remove_copy(dst: Leg, e: Entry) -> LnkError | None:
+    """Remove the agent's copy at the destination; an error if the box doesn't answer."""
+    try:
+        if not e.at_least("committed") and not holds(dst, e):
+            return None
+    except TransportError as err:
+        return err
+    for args in (
+        ["agent", "stop", "--agent", e.agent],
+        ["agent", "remove", e.agent, "--yes", "--files", "delete"],
+    ):
+        if dst.run(args, check=False).returncode == SSH_FAILED:
+            # the box doesn't answer: its copy stays an entry until it does
+            return TransportError(
+                f"{dst.name} does not answer, so {e.agent}'s copy there is not removed yet"
+            )
+    return None
