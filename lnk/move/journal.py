@@ -16,7 +16,7 @@ import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,13 @@ Apart from its phase, an entry may be *failed* (being undone) in any phase
 before ``cleaned``; only a move that committed may drop ``failed`` again,
 because then the only way left is forward (docs/architecture.md draws it).
 """
+
+
+class _Keep:
+    """``Entry.set(failed=...)`` left out: the entry's failure stays as it is."""
+
+
+KEEP = _Keep()
 
 
 @dataclass
@@ -71,22 +78,35 @@ class Entry:
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.path)
 
-    def set(self, **kw: Any) -> None:
-        """Change the entry and write it; a step the state machine has no arrow for
-        (backwards, sideways, or out of a failed move) is refused."""
-        phase = kw.get("phase", self.phase)
-        if phase != self.phase or "phase" in kw:
+    def set(
+        self,
+        *,
+        phase: str | None = None,
+        receiver: str | None = None,
+        dst_had_agent: bool | None = None,
+        failed: str | _Keep | None = KEEP,
+    ) -> None:
+        """Change the entry and write it: its phase (a step the state machine has no arrow
+        for, backwards, sideways or out of a failed move, is refused), the receiver and
+        what the destination held (learnt at the prepare), or why it failed (None: it
+        goes on).  Only these change; a misspelt one is a TypeError, caught by mypy."""
+        if phase is not None:
             check_step(self.phase, phase, self.failed is not None)
-        clears = "failed" in kw and kw["failed"] is None and self.failed is not None
-        if clears and not self.at_least("committed"):
+        if failed is None and self.failed is not None and not self.at_least("committed"):
             raise Refused(
                 f"move {self.move}: a failed move can go on only once it committed "
                 f"(it is {self.phase})"
             )
-        if kw.get("failed") is not None and self.phase == "cleaned":
+        if isinstance(failed, str) and self.phase == "cleaned":
             raise Refused(f"move {self.move} is cleaned; it can no longer fail")
-        for k, v in kw.items():
-            setattr(self, k, v)
+        if phase is not None:
+            self.phase = phase
+        if receiver is not None:
+            self.receiver = receiver
+        if dst_had_agent is not None:
+            self.dst_had_agent = dst_had_agent
+        if not isinstance(failed, _Keep):
+            self.failed = failed
         self.save()
 
     def remove(self) -> None:
@@ -96,6 +116,9 @@ class Entry:
 
     def at_least(self, phase: str) -> bool:
         return PHASES.index(self.phase) >= PHASES.index(phase)
+
+
+_FIELDS = {f.name for f in fields(Entry)} - {"path"}
 
 
 def check_step(old: str, new: str, failed: bool = False) -> None:
@@ -155,7 +178,7 @@ def entries(machine: Machine, agent_id: str | None = None) -> list[Entry]:
     for p in sorted(machine.journal_dir.glob("mv-*.json")):
         try:
             data = json.loads(p.read_text())
-            e = Entry(**data)
+            e = Entry(**{k: v for k, v in data.items() if k in _FIELDS})
         except (OSError, ValueError, TypeError):
             continue
         e.path = p

@@ -1,0 +1,126 @@
+"""The box protocol's answers (lnk/protocol.py): checked where they arrive, typed past it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lnk.protocol import (
+    ANSWERS,
+    AgentList,
+    AgentRow,
+    ChatAnswer,
+    EarlierAnswer,
+    Prepared,
+    ProtocolError,
+    ReceiveReport,
+    Status,
+    Unanswered,
+    Version,
+    decode,
+)
+
+
+def test_every_answer_round_trips_through_json() -> None:
+    samples = [
+        Version("0.1.0", 4),
+        Status(name="work", id="ag-x", ports=(20000, 20001), refused={"host": "h"}),
+        AgentList.from_json({"agents": [{"name": "a", "id": "ag-1", "port": 3}]}),
+        Prepared("rcv-1", "lnkpk1...", 4, 12, True),
+        ReceiveReport("a", "ag-1", "final", True, kept_here=({"path": "x"},)),
+        ChatAnswer.from_json(
+            {
+                "agent": "a",
+                "thread": "t",
+                "message_id": "m",
+                "earlier": [{"message_id": "n", "text": "hi", "answer": "yo"}],
+            }
+        ),
+    ]
+    nested = {AgentRow, Unanswered, EarlierAnswer}  # inside the others
+    assert {type(s) for s in samples} == set(ANSWERS) - nested
+    for s in samples:
+        raw = json.dumps(s.to_json()).encode()
+        assert decode(raw, type(s), "box b") == s
+
+
+@pytest.mark.parametrize(
+    "raw,why",
+    [
+        (b"", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[]", "status is not a JSON object"),
+        (b'{"id": "ag-x"}', "status has no name"),
+        (b'{"name": 3, "id": "ag-x"}', "status.name is not a text"),
+        (b'{"name": "a", "id": "ag-x", "running": "yes"}', "status.running is not true or false"),
+        (b'{"name": "a", "id": "ag-x", "running": 1}', "status.running is not true or false"),
+        (b'{"name": "a", "id": "ag-x", "pid": true}', "status.pid is not a whole number"),
+        (b'{"name": "a", "id": "ag-x", "ports": [1, "2"]}', "status.ports[1] is not a whole"),
+        (b'{"name": "a", "id": "ag-x", "ports": {"a": 1}}', "status.ports is not a list"),
+        (b'{"name": "a", "id": "ag-x", "exit": [1]}', "status.exit is not an object"),
+        (b'{"name": "' + b"x" * 70_000 + b'", "id": "i"}', "status.name is not a text"),
+    ],
+)
+def test_a_hostile_status_is_refused_with_one_error(raw: bytes, why: str) -> None:
+    with pytest.raises(ProtocolError) as ei:
+        decode(raw, Status, "box evil")
+    assert ei.value.message.startswith("box evil answered") and why in ei.value.message
+    assert "\n" not in ei.value.message and ei.value.exit_code == 12
+
+
+def test_a_list_too_long_is_refused() -> None:
+    rows = [{"name": "a", "id": "i"}] * 100_001
+    with pytest.raises(ProtocolError, match=r"agents\.agents is not a list"):
+        decode(json.dumps({"agents": rows}).encode(), AgentList, "box big")
+
+
+def test_fields_a_newer_lnk_adds_are_ignored_and_an_older_one_s_default() -> None:
+    st = decode(b'{"name": "a", "id": "i", "tomorrow": {"x": 1}}', Status, "b")
+    assert st.running is False and st.place == "here" and st.ports == ()
+
+
+@pytest.mark.slow
+def test_mypy_holds_every_use_of_an_answer_s_field(tmp_path: Path) -> None:
+    """Rename one field of one answer in a copy of lnk: the type check fails where the
+    mover, the places and the CLI use it (the contract that spans two machines is checked
+    end to end)."""
+    repo = Path(__file__).resolve().parents[1]  # the clone: its lnk and its mypy settings
+    src = repo / "lnk"
+    copy = tmp_path / "lnk"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    proto = copy / "protocol.py"
+    text = proto.read_text()
+    assert "    running: bool = False\n" in text
+    proto.write_text(text.replace("    running: bool = False\n", "    runs: bool = False\n", 1))
+    config = repo / "pyproject.toml"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(config),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "-p",
+            "lnk",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 1, p.stdout
+    wrong = [
+        line
+        for line in p.stdout.splitlines()
+        if '"Status" has no attribute "running"' in line
+        or 'Unexpected keyword argument "running"' in line
+    ]
+    where = {line.split(":")[0] for line in wrong}
+    assert {"lnk/move/finish.py", "lnk/runtime/service.py"} <= where, p.stdout
