@@ -253,7 +253,7 @@ def backup_agent(
         chunks.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
     if keep:
-        report.pruned = prune(repo, keep)
+        report.pruned = prune(repo, keep, agents={s.id})  # this agent's alone
     return report
 
 

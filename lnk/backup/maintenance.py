@@ -55,6 +55,8 @@ class PruneReport:
     deleted_packs: list[str] = field(default_factory=list)
     deferred: bool = False  # a backup was in progress: no pack deleted
     cleared_locks: list[str] = field(default_factory=list)  # left by a process that is gone
+    dry_run: bool = False  # nothing was removed: "forgotten" is what would be
+    groups: int = 0  # the agents whose snapshots the rules were applied to
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -63,7 +65,19 @@ class PruneReport:
             "deleted_packs": self.deleted_packs,
             "deferred": self.deferred,
             "cleared_locks": self.cleared_locks,
+            "dry_run": self.dry_run,
+            "groups": self.groups,
         }
+
+    def describe(self) -> str:
+        would = "would " if self.dry_run else ""
+        forgot = "forget" if self.dry_run else "forgot"
+        deleted = "delete" if self.dry_run else "deleted"
+        return (
+            f"kept {len(self.kept)}, {would}{forgot} {len(self.forgotten)} snapshot(s) of "
+            f"{self.groups} agent(s), {would}{deleted} {len(self.deleted_packs)} pack(s)"
+            + (" (a backup runs: packs kept for now)" if self.deferred else "")
+        )
 
 
 def verify(repo: Repository, read_data: bool = False, *, record: bool = True) -> VerifyReport:
@@ -234,13 +248,29 @@ def check_keep(keep: dict[str, int]) -> None:
         )
 
 
-def select(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
-    """IDs of the snapshots ``keep`` keeps (restic-like rules).
+def group_of(s: SnapshotInfo) -> str:
+    """The agent a snapshot belongs to: its ID (a snapshot of an older writer without one,
+    its name).  Rules keep each agent's snapshots apart, as restic's ``--group-by``."""
+    return str(s.meta.get("id") or s.meta.get("agent") or "")
 
-    ``last: n`` keeps the n newest; ``daily: n`` the newest snapshot of each
-    of the n newest days that have one; likewise hourly, weekly (ISO weeks),
-    monthly and yearly.  A snapshot kept by any rule is kept."""
+
+def select(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
+    """IDs of the snapshots ``keep`` keeps (restic-like rules), of each agent on its own.
+
+    ``last: n`` keeps each agent's n newest; ``daily: n`` the newest snapshot of
+    each of the n newest days that have one; likewise hourly, weekly (ISO
+    weeks), monthly and yearly.  A snapshot kept by any rule is kept."""
     check_keep(keep)
+    groups: dict[str, list[SnapshotInfo]] = {}
+    for s in snapshots:
+        groups.setdefault(group_of(s), []).append(s)
+    kept: set[str] = set()
+    for group in groups.values():
+        kept |= _select_one(group, keep)
+    return kept
+
+
+def _select_one(snapshots: list[SnapshotInfo], keep: dict[str, int]) -> set[str]:
     newest_first = sorted(snapshots, key=lambda s: (s.time, s.id), reverse=True)
     kept: set[str] = set()
     for rule, n in keep.items():
@@ -276,12 +306,17 @@ def prune(
     repo: Repository,
     keep: dict[str, int],
     *,
+    agents: set[str] | None = None,
     now: datetime | None = None,
     min_age: timedelta = MIN_AGE,
     dry_run: bool = False,
 ) -> PruneReport:
-    """Forget the snapshots ``keep`` does not keep, then delete the packs no
-    kept snapshot needs.
+    """Forget the snapshots ``keep`` does not keep, each agent's on their own, then delete
+    the packs no kept snapshot needs.
+
+    ``agents`` (IDs, or names of snapshots that carry no ID) limits the rules to
+    those agents' snapshots: every other agent's are kept whatever the rules say
+    (a backup's ``--keep`` prunes its own agent's alone).
 
     Safe beside a running backup: if any in-progress marker younger than an
     hour exists, no pack is deleted (``deferred``) -- except a marker left on this
@@ -289,9 +324,11 @@ def prune(
     ``min_age`` (by the storage service's clock) is never deleted.  A backup
     that reused a pack deleted under it notices at its commit and fails."""
     now = now or datetime.now(UTC)
-    report = PruneReport()
+    report = PruneReport(dry_run=dry_run)
     snapshots = repo.list_snapshots()
-    kept = select(snapshots, keep)
+    mine = [s for s in snapshots if agents is None or group_of(s) in agents]
+    report.groups = len({group_of(s) for s in mine})
+    kept = select(mine, keep) | {s.id for s in snapshots if agents is not None and s not in mine}
     for s in snapshots:
         (report.kept if s.id in kept else report.forgotten).append(s.id)
     if not dry_run:

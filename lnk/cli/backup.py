@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.backup.maintenance import prune, verify
+from lnk.backup.maintenance import group_of, prune, verify
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, progress_bar, say, table
-from lnk.errors import UsageError
+from lnk.errors import NotFound, UsageError
 from lnk.transport.buckets import open_bucket
 
 
@@ -73,7 +74,7 @@ def backup(
             f"collections; {rep.new_blobs} new blobs uploaded"
         )
     if rep.pruned and rep.pruned.forgotten:
-        say(f"pruned {len(rep.pruned.forgotten)} snapshot(s)")
+        say(f"pruned {len(rep.pruned.forgotten)} of {rep.agent}'s snapshot(s)")
 
 
 @backup.command("schedule")
@@ -192,23 +193,44 @@ def repair_(url: str, as_json: bool) -> None:
 @backup.command("prune")
 @click.option("--from", "url", metavar="URL", required=True)
 @click.option("--keep", metavar="RULES", required=True, help="e.g. daily=7,weekly=4")
+@click.option(
+    "--agent",
+    "agents",
+    metavar="NAME|ID",
+    multiple=True,
+    help="only this agent's snapshots (by default each agent's, on their own)",
+)
 @click.option("--dry-run", is_flag=True, help="say what would go, remove nothing")
 @json_option
-def prune_(url: str, keep: str, dry_run: bool, as_json: bool) -> None:
-    """Forget the snapshots the rules do not keep, and delete data none needs."""
+def prune_(url: str, keep: str, agents: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Forget the snapshots the rules do not keep (each agent's on their own), and
+    delete data none needs."""
     from lnk.backup.schedule import parse_keep
 
-    rep = prune(_listing(url), parse_keep(keep), dry_run=dry_run)
+    repo = _listing(url)
+    rep = prune(repo, parse_keep(keep), agents=_agent_ids(repo, agents), dry_run=dry_run)
     if as_json:
-        emit_json(rep.to_json() | {"dry_run": dry_run})
+        emit_json(rep.to_json())
         return
     for lock in rep.cleared_locks:
-        say(f"cleared {lock}: the backup that held it is gone")
-    say(
-        f"kept {len(rep.kept)}, forgot {len(rep.forgotten)} snapshot(s), deleted "
-        f"{len(rep.deleted_packs)} pack(s)"
-        + (" (a backup runs: packs kept for now)" if rep.deferred else "")
-    )
+        say(f"{'would clear' if dry_run else 'cleared'} {lock}: the backup that held it is gone")
+    say(rep.describe())
+
+
+def _agent_ids(repo: Any, given: tuple[str, ...]) -> set[str] | None:
+    """The groups ``--agent`` names: the IDs of the snapshots of that name or ID."""
+    if not given:
+        return None
+    out: set[str] = set()
+    for s in repo.list_snapshots():
+        if s.meta.get("agent") in given or s.meta.get("id") in given:
+            out.add(group_of(s))
+    if not out:
+        raise NotFound(
+            f"{repo.bucket.describe()} holds no snapshot of {', '.join(given)}",
+            hint=f"lnk agent backup list --from {repo.bucket.describe()}",
+        )
+    return out
 
 
 @backup.command("status")
