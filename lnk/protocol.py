@@ -92,6 +92,7 @@ class Answer:
     """One answer of the protocol (a frozen dataclass): read from and written to JSON."""
 
     WHAT: ClassVar[str] = "answer"
+    OMIT_NONE: ClassVar[bool] = False  # leave out fields that are None (unknown)
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "") -> Self:
@@ -110,7 +111,10 @@ class Answer:
         return cls(**kw)
 
     def to_json(self) -> dict[str, Any]:
+        """The answer as JSON (with ``OMIT_NONE``, a field left unknown is left out)."""
         out: dict[str, Any] = _lists(dataclasses.asdict(self))  # type: ignore[call-overload]
+        if self.OMIT_NONE:
+            out = {k: v for k, v in out.items() if v is not None}
         return out
 
 
@@ -136,6 +140,7 @@ class Status(Answer):
     """``lnk agent status --json`` (and ``agent start --json`` once it answers)."""
 
     WHAT: ClassVar[str] = "status"
+    OMIT_NONE: ClassVar[bool] = True  # pid, problem, exit ... only when known, as always
     name: str
     id: str
     owner: str = ""
@@ -204,6 +209,14 @@ class Prepared(Answer):
     format: int
     holds: int = 0
     has_agent: bool = False
+    # what the agent gets there: the model it will think with, where its key is
+    # ("secret", "env", "none" or "not needed"), whether it answers there
+    model: str = ""
+    model_provider: str = ""
+    model_key_env: str = ""
+    model_key: str = "not needed"
+    model_answers: bool = True
+    enforces: tuple[str, ...] | None = None  # grant sections its sandbox holds (None: unsaid)
 
 
 @dataclass(frozen=True)
@@ -255,6 +268,42 @@ class EarlierAnswer(Answer):
     answer: str
 
 
+@dataclass(frozen=True)
+class SecretNames(Answer):
+    """``lnk agent secret list --json``: the names of an agent's keys (never a value)."""
+
+    WHAT: ClassVar[str] = "secrets"
+    agent: str
+    secrets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BackupSchedule(Answer):
+    """An agent's backup schedule on a machine: where, how often, what it keeps."""
+
+    WHAT: ClassVar[str] = "schedule"
+    url: str
+    every_s: int
+    keep: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Left(Answer):
+    """``lnk agent moved-away --json``: what the machine the agent left did."""
+
+    WHAT: ClassVar[str] = "left"
+    kept: str = ""  # where its folders are kept ("": it had left already)
+    schedule: BackupSchedule | None = None  # its backup schedule here, now removed
+
+
+@dataclass(frozen=True)
+class ScheduleAnswer(Answer):
+    """``lnk agent backup schedule --show --json``."""
+
+    WHAT: ClassVar[str] = "schedules"
+    schedule: BackupSchedule | None = None
+
+
 A = TypeVar("A", bound=Answer)
 
 ANSWERS: tuple[type[Answer], ...] = (
@@ -267,17 +316,25 @@ ANSWERS: tuple[type[Answer], ...] = (
     ReceiveReport,
     ChatAnswer,
     EarlierAnswer,
+    SecretNames,
+    BackupSchedule,
+    Left,
+    ScheduleAnswer,
 )
 __all__ = [
     "ANSWERS",
     "AgentList",
     "AgentRow",
     "Answer",
+    "BackupSchedule",
     "ChatAnswer",
     "EarlierAnswer",
+    "Left",
     "Prepared",
     "ProtocolError",
     "ReceiveReport",
+    "ScheduleAnswer",
+    "SecretNames",
     "Status",
     "Unanswered",
     "Version",

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# a provider's key in the shell running the tests would make new agents think with it
+PROVIDER_KEYS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY")
+
 
 @pytest.fixture(autouse=True)
 def _hermetic_home(
@@ -14,7 +17,7 @@ def _hermetic_home(
 ) -> Path:
     home = tmp_path_factory.mktemp("home")
     for name in list(os.environ):
-        if name.startswith("LNK_"):
+        if name.startswith("LNK_") or name in PROVIDER_KEYS:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("LNK_TESTING", "1")

@@ -393,3 +393,58 @@ if __name__ == "__main__":
         _serve_gcs_emulator(int(sys.argv[2]))
     else:
         sys.exit("usage: servers.py gcs-emulator PORT")
+
+
+class ModelServer:
+    """An OpenAI-compatible chat completions server over plain HTTP on loopback, logging
+    every request's path and Authorization: answers ``<tag> heard <last message>``."""
+
+    def __init__(self, tag: str = "model") -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.tag = tag
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, doc: dict[str, Any]) -> None:
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                outer.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization")}
+                )
+                self._send(200, {"data": [{"id": "m"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
+                last = body["messages"][-1]["content"]
+                msg = {"role": "assistant", "content": f"{outer.tag} heard {last}"}
+                self._send(200, {"choices": [{"index": 0, "message": msg}]})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def keys(self) -> list[str | None]:
+        return [r["auth"] for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

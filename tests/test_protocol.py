@@ -14,11 +14,15 @@ from lnk.protocol import (
     ANSWERS,
     AgentList,
     AgentRow,
+    BackupSchedule,
     ChatAnswer,
     EarlierAnswer,
+    Left,
     Prepared,
     ProtocolError,
     ReceiveReport,
+    ScheduleAnswer,
+    SecretNames,
     Status,
     Unanswered,
     Version,
@@ -33,6 +37,9 @@ def test_every_answer_round_trips_through_json() -> None:
         AgentList.from_json({"agents": [{"name": "a", "id": "ag-1", "port": 3}]}),
         Prepared("rcv-1", "lnkpk1...", 4, 12, True),
         ReceiveReport("a", "ag-1", "final", True, kept_here=({"path": "x"},)),
+        SecretNames("work", ("OPENAI_API_KEY",)),
+        Left("/home/me/Link/Moved/work-1", BackupSchedule("s3://b/p", 3600, {"daily": 7})),
+        ScheduleAnswer(None),
         ChatAnswer.from_json(
             {
                 "agent": "a",
@@ -42,7 +49,7 @@ def test_every_answer_round_trips_through_json() -> None:
             }
         ),
     ]
-    nested = {AgentRow, Unanswered, EarlierAnswer}  # inside the others
+    nested = {AgentRow, Unanswered, EarlierAnswer, BackupSchedule}  # inside the others
     assert {type(s) for s in samples} == set(ANSWERS) - nested
     for s in samples:
         raw = json.dumps(s.to_json()).encode()

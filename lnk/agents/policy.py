@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -70,8 +71,9 @@ TABLE: tuple[Rule, ...] = (
     Rule(
         "model",
         HERE,
-        "each machine keeps a model it can reach; a model's base_url and "
-        "key_env never come from a stream",
+        "each machine keeps a model it can reach: the one it had for the agent if it "
+        "answers, else the mover's (sent at the prepare, never in the stream), else the "
+        "offline model; a model's base_url and key_env never come from a stream",
     ),
     Rule(
         "grants (Config/sandbox.toml)",
@@ -143,6 +145,36 @@ def _kept_folder(machine: Machine, agent_id: str) -> Path | None:
     return kept if kept.is_dir() else None
 
 
+def remembered_model(machine: Machine, agent_id: str) -> ModelSettings | None:
+    """The model this machine had for the agent when it left, if it did."""
+    old = _remembered(machine, agent_id).get("model")
+    return _model(old) if isinstance(old, dict) else None
+
+
+def model_for_arrival(
+    machine: Machine,
+    agent_id: str | None,
+    here: ModelSettings | None,
+    mover: ModelSettings | None,
+    answers: Callable[[ModelSettings], bool],
+) -> ModelSettings:
+    """The model the agent thinks with here once it arrives (decided at the prepare):
+
+    1. a copy of it living here keeps its own;
+    2. the model this machine had for it, if that one answers here (back on your
+       computer, your own model is used again);
+    3. the mover's word (the model it runs with where the mover knows it);
+    4. the model this machine had for it, answering or not;
+    5. the offline model.
+    """
+    if here is not None:
+        return here
+    old = remembered_model(machine, agent_id) if agent_id else None
+    if old is not None and old != mover and answers(old):
+        return old
+    return mover or old or ModelSettings()
+
+
 # ---- deciding ----------------------------------------------------------------------
 def arrive(
     machine: Machine,
@@ -150,20 +182,22 @@ def arrive(
     stream_grants: str,
     here: Settings | None,
     mover_grants: str | None,
+    model: ModelSettings | None = None,
 ) -> Arrival:
     """The settings and grants an arriving agent gets here.
 
     ``stream`` is the stream's settings (validated), ``here`` the live copy's if the
-    agent lives here, ``mover_grants`` what the computer running the move sent.
+    agent lives here, ``mover_grants`` what the computer running the move sent, and
+    ``model`` the model decided at the prepare (:func:`model_for_arrival`; without
+    one, as that decides it with no mover's word and no probe).
     """
     old = _remembered(machine, stream.id) if here is None else {}
     sandbox = here.sandbox if here is not None else bool(old.get("sandbox", True))
-    if here is not None:
-        model = here.model
-    elif isinstance(old.get("model"), dict):
-        model = _model(old["model"])
-    else:
-        model = ModelSettings()
+    decided = model is not None  # at the prepare, said to the mover then
+    if model is None:
+        model = model_for_arrival(
+            machine, stream.id, here.model if here else None, None, lambda m: True
+        )
     s = replace(stream, sandbox=sandbox, model=model)
     kept: list[dict[str, str]] = []
     name = stream.name
@@ -176,13 +210,13 @@ def arrive(
                 "restore": f"lnk agent start --no-sandbox --agent {name}",
             }
         )
-    if stream.model != model:
+    if stream.model != model and not decided:
         kept.append(
             {
                 "setting": "model",
                 "stream": describe_model(stream.model),
                 "here": describe_model(model),
-                "restore": f"set [model] by hand in ~/.config/lnk/agents/{name}.toml",
+                "restore": f"lnk agent model --agent {name} NAME --model-url URL",
             }
         )
     if mover_grants is not None:
@@ -196,6 +230,11 @@ def arrive(
         return Arrival(s, None, "stream", [], kept)
     f = filter_from_stream(stream_grants)
     return Arrival(s, f.to_toml(), "stream", f.dropped, kept)
+
+
+def model_settings(d: dict[str, Any]) -> ModelSettings:
+    """Model settings as kept in a file this machine wrote (unknown keys left out)."""
+    return _model(d)
 
 
 def _model(d: dict[str, Any]) -> ModelSettings:

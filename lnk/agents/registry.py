@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lnk.agents import ports
+from lnk.agents import ports, secrets
 from lnk.agents.layout import AgentFolders, Machine
 from lnk.agents.machine import account_owner, load_machine
 from lnk.agents.settings import (
@@ -194,6 +194,7 @@ def remove(machine: Machine, agent: Agent, *, keep_files: bool) -> Path | None:
                 raise OSError(f"{root} could not be removed wholly")
     rmtree(agent.runtime)
     rmtree(agent.net)
+    secrets.remove_all(machine, agent.id)  # its keys go with it
     agent.settings_path.unlink(missing_ok=True)
     return kept
 

@@ -4,10 +4,13 @@
     ~/.config/systemd/user/lnk-backup-<id>.timer     every --every
     ~/Library/LaunchAgents/com.lnk.backup.<id>.plist (macOS)
 
-A scheduled run is ``lnk agent backup --agent NAME --to URL --scheduled
-[--keep RULES]``: a backup, then a prune with the retention.  Its result is
-recorded in ``~/.lnk/agents/<id>/backup-last.json`` (time, ok, error), which
-``lnk agent status`` shows, and a line goes to the agent's log.
+A scheduled run is ``lnk agent backup --agent-id ID --to URL --scheduled
+[--keep RULES]``: a backup, then a prune with the retention (the timers:
+:mod:`lnk.backup.timers`).  Its result is recorded in
+``~/.lnk/agents/<id>/backup-last.json`` (time, ok, error), which ``lnk agent
+status`` shows, and a line goes to the agent's log; the run of an agent that is
+not here any more fails with a line in ``~/.lnk/schedules/<id>.json``, which
+``lnk agent backup status`` shows, and on stderr (the system's journal).
 """
 
 from __future__ import annotations
@@ -15,20 +18,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
-import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
+from lnk.agents import secrets
 from lnk.agents.layout import Machine
+from lnk.agents.moved import lives_elsewhere
 from lnk.agents.registry import LAST_BACKUP as LAST
-from lnk.agents.registry import Agent, last_backup
+from lnk.agents.registry import Agent, find_by_id, last_backup
 from lnk.backup.maintenance import RULES
-from lnk.errors import BackupError, InvalidInput
+from lnk.errors import BackupError, InvalidInput, NotFound
 
 _EVERY = re.compile(r"^(\d+)([mhd])$")
 
@@ -78,156 +80,77 @@ def lnk_command(argv0: str | None = None) -> list[str]:
     return [str(Path(sys.executable).resolve()), "-m", "lnk"]
 
 
-def run_args(agent: Agent, url: str, keep: dict[str, int]) -> list[str]:
-    args = [*lnk_command(), "agent", "backup", "--agent", agent.name, "--to", url, "--scheduled"]
-    if keep:
-        args += ["--keep", keep_text(keep)]
-    return args
+# ---- a scheduled run of an agent that is not here ------------------------------------
+BUCKET_SECRETS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+)
+"""The agent's secrets a scheduled run uses for its bucket: a box's key for the agent's
+bucket, which reaches its objects only (docs/buckets.md)."""
 
 
-def cron_spec(every: int) -> str:
-    minutes = every // 60
-    if minutes < 60:
-        return f"*/{minutes} * * * *"
-    hours = minutes // 60
-    if hours < 24:
-        return f"0 */{hours} * * *"
-    return f"0 3 */{hours // 24} * *"
+def _absent_path(machine: Machine, agent_id: str) -> Path:
+    return machine.state_dir / "schedules" / f"{agent_id}.json"
 
 
-@dataclass
-class Schedule:
-    agent: str
-    url: str
-    every_s: int
-    keep: dict[str, int]
-    command: list[str]
-    files: list[str] = field(default_factory=list)
-    installed: bool = False  # the timer / launchd agent is active
-    crontab: str = ""
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def unit_name(agent: Agent) -> str:
-    return f"lnk-backup-{agent.id}"
-
-
-def service_text(agent: Agent, args: list[str]) -> str:
-    return (
-        f"[Unit]\nDescription=lnk backup of the agent {agent.name}\n\n"
-        f"[Service]\nType=oneshot\nExecStart={shlex.join(args)}\n"
+def scheduled_agent(machine: Machine, agent_id: str, url: str) -> Agent:
+    """The agent a scheduled run backs up; when it is not here, the failure is recorded
+    where ``lnk agent backup status`` finds it (by the agent's name too) and raised."""
+    a = find_by_id(machine, agent_id)
+    if a is not None:
+        _absent_path(machine, agent_id).unlink(missing_ok=True)
+        return a
+    where = lives_elsewhere(machine, agent_id)
+    name = str((read_schedule_name(machine, agent_id)) or agent_id)
+    error = f"the agent {name} ({agent_id}) is not on this machine" + (
+        f": {where}" if where else ""
+    )
+    path = _absent_path(machine, agent_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(UTC).isoformat()
+    path.write_text(
+        json.dumps({"agent": name, "id": agent_id, "time": now, "url": url, "error": error})
+    )
+    raise NotFound(
+        f"scheduled backup to {url}: {error}",
+        hint=f"remove this machine's timer: lnk agent backup schedule --agent-id {agent_id} --remove",
     )
 
 
-def on_calendar(every: int) -> str:
-    """A systemd calendar expression for ``every`` seconds (whole minutes, hours or
-    days; at fixed wall-clock times, so ``Persistent=true`` can catch up a run missed
-    while the machine was off or asleep)."""
-    minutes = every // 60
-    if minutes < 60:
-        return f"*-*-* *:00/{minutes}:00"
-    hours = minutes // 60
-    if hours < 24:
-        return f"*-*-* 00/{hours}:00:00"
-    return f"*-*-01/{hours // 24} 03:00:00"
-
-
-def calendar_points(every: int) -> list[dict[str, int]]:
-    """launchd ``StartCalendarInterval`` entries for ``every`` seconds: launchd runs a
-    calendar job missed while the machine slept when it wakes (StartInterval does not)."""
-    minutes = every // 60
-    if minutes < 60:
-        return [{"Minute": m} for m in range(0, 60, minutes)]
-    hours = minutes // 60
-    if hours < 24:
-        return [{"Hour": h, "Minute": 0} for h in range(0, 24, hours)]
-    return [{"Day": d, "Hour": 3, "Minute": 0} for d in range(1, 32, hours // 24)]
-
-
-def timer_text(agent: Agent, every: int) -> str:
-    return (
-        f"[Unit]\nDescription=lnk backup of the agent {agent.name}, every {every}s\n\n"
-        f"[Timer]\nOnCalendar={on_calendar(every)}\nPersistent=true\n"
-        f"Unit={unit_name(agent)}.service\n\n[Install]\nWantedBy=timers.target\n"
-    )
-
-
-def plist_text(agent: Agent, args: list[str], every: int) -> str:
-    items = "".join(f"    <string>{escape(a)}</string>\n" for a in args)
-    points = "".join(
-        "    <dict>"
-        + "".join(f"<key>{k}</key><integer>{v}</integer>" for k, v in p.items())
-        + "</dict>\n"
-        for p in calendar_points(every)
-    )
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" '
-        '"http://www.apple.com/DTDs/PropertyList-1.0.dtd">\n<plist version="1.0">\n<dict>\n'
-        f"  <key>Label</key><string>com.lnk.backup.{agent.id}</string>\n"
-        f"  <key>ProgramArguments</key>\n  <array>\n{items}  </array>\n"
-        f"  <key>StartCalendarInterval</key>\n  <array>\n{points}  </array>\n"
-        "  <key>RunAtLoad</key><false/>\n</dict>\n</plist>\n"
-    )
-
-
-def user_systemd_running() -> bool:
+def read_schedule_name(machine: Machine, agent_id: str) -> str | None:
+    """The agent's name as its schedule here recorded it."""
     try:
-        p = subprocess.run(
-            ["systemctl", "--user", "is-system-running"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return p.stdout.strip() in ("running", "degraded", "starting")
+        with open(machine.config_dir / "schedules" / f"{agent_id}.toml", "rb") as f:
+            name = tomllib.load(f).get("agent")
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return str(name) if name else None
 
 
-def install(
-    machine: Machine,
-    agent: Agent,
-    url: str,
-    every: int,
-    keep: dict[str, int],
-    *,
-    platform: str | None = None,
-) -> Schedule:
-    args = run_args(agent, url, keep)
-    sched = Schedule(agent.name, url, every, keep, args)
-    sched.crontab = f"{cron_spec(every)} {shlex.join(args)}"
-    if (platform or sys.platform) == "darwin":
-        path = machine.home / "Library" / "LaunchAgents" / f"com.lnk.backup.{agent.id}.plist"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(plist_text(agent, args, every))
-        sched.files.append(str(path))
-        p = subprocess.run(["launchctl", "load", "-w", str(path)], capture_output=True, text=True)
-        sched.installed = p.returncode == 0
-        sched.note = "" if sched.installed else f"launchctl load failed: {p.stderr.strip()}"
-        return sched
-    d = machine.home / ".config" / "systemd" / "user"
-    d.mkdir(parents=True, exist_ok=True)
-    for suffix, text in (
-        ("service", service_text(agent, args)),
-        ("timer", timer_text(agent, every)),
-    ):
-        path = d / f"{unit_name(agent)}.{suffix}"
-        path.write_text(text)
-        sched.files.append(str(path))
-    if not user_systemd_running():
-        sched.note = (
-            "no systemd user manager runs here (systemctl --user is-system-running), "
-            "so the timer is written but not active; add this line to your crontab "
-            "(crontab -e) instead"
-        )
-        return sched
-    for cmd in (["daemon-reload"], ["enable", "--now", f"{unit_name(agent)}.timer"]):
-        p = subprocess.run(["systemctl", "--user", *cmd], capture_output=True, text=True)
-        if p.returncode != 0:
-            sched.note = f"systemctl --user {' '.join(cmd)} failed: {p.stderr.strip()}"
-            return sched
-    sched.installed = True
-    return sched
+def absent_runs(machine: Machine, name: str) -> list[dict[str, Any]]:
+    """The scheduled runs that found an agent of this name (or ID) not here."""
+    d = machine.state_dir / "schedules"
+    out: list[dict[str, Any]] = []
+    for p in sorted(d.glob("ag-*.json")) if d.is_dir() else []:
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and name in (doc.get("agent"), doc.get("id")):
+            out.append(doc)
+    return out
+
+
+def bucket_env(machine: Machine, agent: Agent) -> dict[str, str]:
+    """The agent's own key for its bucket (its secrets), for a scheduled run."""
+    return {
+        name: value
+        for name in BUCKET_SECRETS
+        if (value := secrets.get(machine, agent.id, name)) is not None
+    }
 
 
 # ---- the result of a scheduled run --------------------------------------------------

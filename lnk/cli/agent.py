@@ -10,6 +10,8 @@ import click
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
+from lnk.agents.models import default_model, key_place, parse_model
+from lnk.agents.models import describe as describe_model
 from lnk.cli.output import emit_json, out, say, table
 from lnk.errors import UsageError
 from lnk.logs import tail_lines
@@ -49,16 +51,56 @@ def agent() -> None:
     default="files",
     help="how the agent's collections are kept",
 )
+@click.option(
+    "--model",
+    "model_name",
+    metavar="NAME",
+    help="offline, PROVIDER:MODEL (openai, gemini, openrouter) or, with --model-url, any "
+    "OpenAI-compatible model (default: the cheap hosted one a key is here for, else offline)",
+)
+@click.option("--model-url", metavar="URL", help="with --model: its base URL")
+@click.option("--key-env", metavar="VAR", help="with --model: the name of its key")
 @json_option
-def create(name: str, store: str, as_json: bool) -> None:
+def create(
+    name: str,
+    store: str,
+    model_name: str | None,
+    model_url: str | None,
+    key_env: str | None,
+    as_json: bool,
+) -> None:
     """Create an agent NAME and print its ID."""
-    a = registry.create(_machine(), name, store=store)
+    if model_name is not None:
+        model, why = parse_model(model_name, model_url, key_env), ""
+    elif model_url or key_env:
+        raise UsageError("--model-url and --key-env go with --model", hint="add --model NAME")
+    else:
+        model, why = default_model()
+    a = registry.create(_machine(), name, store=store, model=model)
+    say(f"{a.name}: {why}" if why else f"{a.name} thinks with {describe_model(model)}")
     if as_json:
         emit_json(
             {"name": a.name, "id": a.id, "owner": a.settings.owner, "folder": str(a.folders.root)}
         )
     else:
         out(a.id)
+
+
+@agent.command("model")
+@agent_option
+@click.argument("model_name", metavar="NAME", required=False)
+@click.option("--model-url", metavar="URL", help="with NAME: its base URL")
+@click.option("--key-env", metavar="VAR", help="with NAME: the name of its key")
+def model_(
+    agent_name: str | None, model_name: str | None, model_url: str | None, key_env: str | None
+) -> None:
+    """Show the agent's model here, or set it to NAME (at its next start)."""
+    a = registry.find(_machine(), agent_name)
+    if model_name is not None:
+        a.settings.model = parse_model(model_name, model_url, key_env)
+        a.save()
+    m = a.settings.model
+    out(describe_model(m, key_place(a.machine, a.id, m)))
 
 
 @agent.command("list")
@@ -147,6 +189,8 @@ def status(agent_name: str | None, as_json: bool) -> None:
     out(f"endpoint: {st.endpoint}")
     out(f"sandboxed: {st.sandboxed}")
     out(f"store: {st.store}")
+    if st.model:
+        out(f"model: {st.model}")
     if st.exit:
         out(
             f"exit: code {st.exit.get('code')} at {st.exit.get('at')} ({st.exit.get('reason', '')})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -36,6 +37,7 @@ def _size(n: int) -> str:
     "--keep", metavar="RULES", default=None, help="then prune to RULES, e.g. daily=7,weekly=4"
 )
 @click.option("--scheduled", is_flag=True, hidden=True, help="a run started by the schedule")
+@click.option("--agent-id", "agent_id", metavar="ID", hidden=True, help="the agent, by its ID")
 @json_option
 @click.pass_context
 def backup(
@@ -44,6 +46,7 @@ def backup(
     url: str | None,
     keep: str | None,
     scheduled: bool,
+    agent_id: str | None,
     as_json: bool,
 ) -> None:
     """Back the agent up to a bucket (or list, verify, prune, schedule backups)."""
@@ -54,7 +57,14 @@ def backup(
     from lnk.backup.agent import run_backup
 
     m = _machine()
-    a = registry.find(m, agent_name)
+    if agent_id is not None:  # a scheduled run names its agent by ID
+        from lnk.backup.schedule import bucket_env, scheduled_agent
+
+        a = scheduled_agent(m, agent_id, url)
+        if scheduled:
+            os.environ.update(bucket_env(m, a))  # the agent's own key for its bucket
+    else:
+        a = registry.find(m, agent_name)
     bar = progress_bar(None, desc=f"backing up {a.name}")
     try:
         rep = run_backup(m, a, url, keep=keep, progress=bar.update)
@@ -79,17 +89,44 @@ def backup(
 
 @backup.command("schedule")
 @agent_option
-@click.option("--to", "url", metavar="URL", required=True)
+@click.option("--to", "url", metavar="URL", default=None)
 @click.option("--every", default="6h", show_default=True, help="how often: 30m, 6h, 1d")
 @click.option("--keep", metavar="RULES", default=None, help="retention, e.g. daily=7,weekly=4")
+@click.option("--show", is_flag=True, help="the agent's schedule here (JSON with --json)")
+@click.option("--remove", is_flag=True, help="remove the agent's timer here")
+@click.option("--agent-id", "agent_id", metavar="ID", hidden=True, help="the agent, by its ID")
 @json_option
 def schedule_(
-    agent_name: str | None, url: str, every: str, keep: str | None, as_json: bool
+    agent_name: str | None,
+    url: str | None,
+    every: str,
+    keep: str | None,
+    show: bool,
+    remove: bool,
+    agent_id: str | None,
+    as_json: bool,
 ) -> None:
     """Back the agent up on a schedule (systemd user timer, launchd, or a crontab line)."""
-    from lnk.backup.schedule import install, parse_every, parse_keep
+    from lnk.backup.schedule import parse_every, parse_keep
+    from lnk.backup.timers import install, read_schedule, uninstall
 
     m = _machine()
+    if show or remove:
+        aid = agent_id or registry.find(m, agent_name).id
+        if remove:
+            for f in uninstall(m, aid):
+                say(f"removed {f}")
+            return
+        found = read_schedule(m, aid)
+        if as_json:
+            emit_json({"schedule": found})
+        elif found is None:
+            say("no backup schedule here")
+        else:
+            out(f"every {found['every_s']}s to {found['url']}, keep {found['keep'] or 'all'}")
+        return
+    if not url:
+        raise UsageError("say where to back up to", hint="lnk agent backup schedule --to URL")
     a = registry.find(m, agent_name)
     open_bucket(url)  # a malformed URL fails now, not at 3 am
     sched = install(m, a, url, parse_every(every), parse_keep(keep))
@@ -239,9 +276,16 @@ def _agent_ids(repo: Any, given: tuple[str, ...]) -> set[str] | None:
 @json_option
 def status_(agent_name: str | None, max_age: str | None, as_json: bool) -> None:
     """The last backup run and success; with --max-age, exit 13 when too old (monitoring)."""
-    from lnk.backup.schedule import backup_status, check_status
+    from lnk.backup.schedule import absent_runs, backup_status, check_status
 
-    st = backup_status(registry.find(_machine(), agent_name), max_age)
+    m = _machine()
+    if agent_name is not None and not m.settings_file(agent_name).exists():
+        for run in absent_runs(m, agent_name):  # a timer left for an agent gone from here
+            raise NotFound(
+                f"the scheduled backup at {run['time']} failed: {run['error']}",
+                hint=f"lnk agent backup schedule --agent-id {run['id']} --remove",
+            )
+    st = backup_status(registry.find(m, agent_name), max_age)
     if as_json:
         emit_json(st)
     else:

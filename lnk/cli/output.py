@@ -32,6 +32,15 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
+def ask_secret(question: str) -> str | None:
+    """A key asked on the terminal (not echoed); None when there is no terminal."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    import getpass
+
+    return getpass.getpass(f"lnk: {safe(question)}", stream=sys.stderr) or None
+
+
 def table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -9,11 +11,11 @@ from typing import Any, TypeVar
 
 import click
 
-from lnk.agents import registry
+from lnk.agents import registry, secrets
 from lnk.agents.layout import Machine
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, say
-from lnk.errors import InvalidInput
+from lnk.errors import InvalidInput, NotFound, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,12 +82,18 @@ def deny(agent_name: str | None, **kw: object) -> None:
 @agent.command()
 @agent_option
 @click.option("--permissions", is_flag=True, help="what the agent runs with: its grants")
+@click.option("--grants", "raw_grants", is_flag=True, help="its grants file as it is (TOML)")
 @json_option
-def show(agent_name: str | None, permissions: bool, as_json: bool) -> None:
+def show(agent_name: str | None, permissions: bool, raw_grants: bool, as_json: bool) -> None:
     """Show the agent's permissions (its sandbox, proxy, hosts, files and model key)."""
     from lnk.runtime.proxy_grants import permissions as perms
 
-    p = perms(registry.find(Machine.current(), agent_name))
+    a = registry.find(Machine.current(), agent_name)
+    if raw_grants:
+        with contextlib.suppress(FileNotFoundError):
+            sys.stdout.write(a.folders.sandbox_toml.read_text())
+        return
+    p = perms(a)
     if as_json:
         emit_json(p)
         return
@@ -116,11 +124,12 @@ def secret() -> None:
 @agent_option
 @click.argument("name")
 @click.option("--from-env", "from_env", metavar="VAR", help="take the value from this variable")
-def secret_set(agent_name: str | None, name: str, from_env: str | None) -> None:
+@click.option("--agent-id", "agent_id", metavar="ID", hidden=True, help="an agent not here yet")
+def secret_set(
+    agent_name: str | None, name: str, from_env: str | None, agent_id: str | None
+) -> None:
     """Keep the key NAME (as [model] key_env names it) for the agent; the value from stdin."""
-    from lnk.runtime.proxy_grants import set_secret
-
-    a = registry.find(Machine.current(), agent_name)
+    m, aid, who = _secret_agent(agent_name, agent_id)
     if from_env:
         if from_env not in os.environ:
             raise InvalidInput(f"the variable {from_env} is not set", hint=f"export {from_env}")
@@ -129,7 +138,75 @@ def secret_set(agent_name: str | None, name: str, from_env: str | None) -> None:
         if sys.stdin.isatty():
             say(f"paste the value of {name} and press Enter:")
         value = sys.stdin.readline()
-    set_secret(a, name, value)
-    say(
-        f"{name} kept for {a.name} in ~/.config/lnk/secrets (its proxy adds it; not in its sandbox)"
-    )
+    secrets.set_secret(m, aid, name, value)
+    say(f"{name} kept for {who} in ~/.config/lnk/secrets (its proxy adds it; not in its sandbox)")
+
+
+def _secret_agent(agent_name: str | None, agent_id: str | None) -> tuple[Machine, str, str]:
+    """(machine, ID, what to call it): by --agent-id (a box, before the agent is there) or
+    by --agent."""
+    m = Machine.current()
+    if agent_id is not None:
+        return m, agent_id, agent_id
+    a = registry.find(m, agent_name)
+    return m, a.id, a.name
+
+
+@secret.command("list")
+@agent_option
+@json_option
+def secret_list(agent_name: str | None, as_json: bool) -> None:
+    """The names of the agent's keys (never their values)."""
+    m, aid, who = _secret_agent(agent_name, None)
+    found = secrets.names(m, aid)
+    if as_json:
+        emit_json({"agent": who, "secrets": found})
+        return
+    if not found:
+        say(f"{who} has no secrets here")
+    for name in found:
+        out(name)
+
+
+@secret.command("remove")
+@agent_option
+@click.argument("name")
+def secret_remove(agent_name: str | None, name: str) -> None:
+    """Forget the agent's key NAME here."""
+    m, aid, who = _secret_agent(agent_name, None)
+    if not secrets.remove(m, aid, secrets.check_name(name)):
+        raise NotFound(
+            f"{who} has no secret {name} here", hint=f"lnk agent secret list --agent {who}"
+        )
+    say(f"{name} forgotten for {who}")
+
+
+# --- what a move runs at each end (docs/boxes.md): a key pair never leaves a leg's pipe ----
+@secret.command("export", hidden=True)
+@click.option("--agent-id", "agent_id", metavar="ID", required=True)
+def secret_export(agent_id: str) -> None:
+    """Every key of the agent, as JSON on stdout: piped by a move into the other end's
+    import (never a stream, never a terminal)."""
+    if sys.stdout.isatty():
+        raise UsageError("secret export writes keys: pipe it", hint="a move runs it; you don't")
+    sys.stdout.write(json.dumps(secrets.export(Machine.current(), agent_id)))
+
+
+@secret.command("import", hidden=True)
+@click.option("--agent-id", "agent_id", metavar="ID", required=True)
+def secret_import(agent_id: str) -> None:
+    """Keep the keys an export sent (JSON on stdin) for the agent, before it arrives."""
+    raw = sys.stdin.buffer.read(256 * 1024 + 1)
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise InvalidInput("the secrets sent are not JSON", hint="a move sends them") from e
+    for name in secrets.import_all(Machine.current(), agent_id, doc):
+        say(f"kept {name}")
+
+
+@secret.command("forget", hidden=True)
+@click.option("--agent-id", "agent_id", metavar="ID", required=True)
+def secret_forget(agent_id: str) -> None:
+    """Forget every key of the agent here (a move undone, or the agent gone)."""
+    secrets.remove_all(Machine.current(), agent_id)

@@ -11,13 +11,13 @@ import click
 
 from lnk.agents import policy, registry
 from lnk.agents.layout import Machine
+from lnk.agents.models import parse_model
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, progress_bar, say
 from lnk.errors import UsageError
-from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.formats.keys import parse_public_key
 from lnk.move.faults import armed, fault
-from lnk.protocol import Prepared
+from lnk.payload.prepare import prepare_here
 
 
 class _DieMidStream:
@@ -127,6 +127,17 @@ def state_send(
     help="with --prepare: the agent's grants as the computer running the move has them "
     "(- for stdin); applied as they are, since the agent leaves that computer",
 )
+@click.option(
+    "--model",
+    "model_name",
+    metavar="NAME",
+    help="with --prepare: the agent's model as the computer running the move knows it "
+    "(offline, PROVIDER:MODEL, or a name with --model-url)",
+)
+@click.option("--model-url", "model_url", metavar="URL", help="with --model: its base URL")
+@click.option(
+    "--model-key-env", "model_key_env", metavar="VAR", help="with --model: its key's name"
+)
 @click.option("--receiver", metavar="RECEIVER", help="the receiver --prepare made")
 @click.option(
     "--inventory",
@@ -147,6 +158,9 @@ def state_receive(
     agent_id: str | None,
     agent_name: str | None,
     grants_file: Path | None,
+    model_name: str | None,
+    model_url: str | None,
+    model_key_env: str | None,
     receiver: str | None,
     inventory: bool,
     abandon: bool,
@@ -159,8 +173,6 @@ def state_receive(
 
     m = Machine.current()
     if prepare:
-        receivers.purge_expired(m)
-        has_agent = receivers.check_prepare(m, agent_id, agent_name)
         mover_grants = None
         if grants_file is not None:
             if str(grants_file) == "-":
@@ -168,14 +180,10 @@ def state_receive(
             else:
                 with grants_file.open("rb") as f:
                     mover_grants = policy.mover_grants(f)
-        r = receivers.prepare(m, agent_id, mover_grants)
-        info = Prepared(
-            receiver=r.rid,
-            public_key=r.key().public.text(),
-            format=STREAM_FORMAT,
-            holds=len(r.inventory()),
-            has_agent=has_agent,
-        )
+        word = None
+        if model_name is not None:
+            word = parse_model(model_name, model_url, model_key_env)
+        info = prepare_here(m, agent_id, agent_name, mover_grants, word)
         if as_json:
             emit_json(info.to_json())
         else:

@@ -13,13 +13,13 @@ from collections.abc import Callable
 
 from lnk.agents.layout import Machine
 from lnk.errors import LnkError, TransportError
-from lnk.move import journal, steps
+from lnk.move import journal, ready, steps
 from lnk.move.faults import fault
 from lnk.move.held import deliver_all
 from lnk.move.journal import Entry
 from lnk.move.steps import Ends
 from lnk.places.where import place_leg, set_location
-from lnk.protocol import Status
+from lnk.protocol import Left, Status
 
 Say = Callable[[str], None]
 
@@ -30,9 +30,15 @@ def ends_of(machine: Machine, e: Entry) -> Ends:
 
 
 def forward(
-    machine: Machine, e: Entry, ends: Ends, say: Say, answered: Callable[[], None] = lambda: None
+    machine: Machine,
+    e: Entry,
+    ends: Ends,
+    say: Say,
+    answered: Callable[[], None] = lambda: None,
+    left: Callable[[Left], None] = lambda _left: None,
 ) -> Status | None:
-    """The agent starts where it went; once it answers there, the copy where it was goes."""
+    """The agent starts where it went; once it answers there, the copy where it was goes
+    (``left`` hears what it did)."""
     status = None
     if not e.no_start:
         status = steps.start_there(ends.dst, e.agent)
@@ -49,8 +55,9 @@ def forward(
     answered()
     e.set(phase="answering")
     fault("move:after-start")
-    steps.let_go(ends.src, e, ends.dst.name)
+    gone = steps.let_go(ends.src, e, ends.dst.name)
     e.set(phase="cleaned")
+    left(gone)
     set_location(machine, e.agent, e.agent_id, e.dst)
     e.remove()
     say(f"{e.agent} moved to {ends.dst.name}" + ("" if e.no_start else " and answers there"))
@@ -71,6 +78,8 @@ def undo(machine: Machine, e: Entry, ends: Ends, say: Say) -> None:
             # a final stream that got through before its leg failed committed there too
             stale = steps.remove_copy(ends.dst, e)
         steps.abandon(ends.dst, e)
+        if stale is None:
+            ready.forget_there(ends, e)  # the keys carried for it there go too
         if e.was_running:  # one stopped before the move stays stopped
             ends.src.run(["agent", "start", "--agent", e.agent])
     except LnkError as err:

@@ -23,18 +23,19 @@ from typing import Any
 
 from lnk.agents.layout import Machine
 from lnk.errors import Interrupted, LnkError, NotFound, TransportError, UsageError
-from lnk.move import journal, steps
+from lnk.move import journal, ready, steps
 from lnk.move.faults import fault
 from lnk.move.finish import finish, finish_all, forward, undo
 from lnk.move.held import deliver_all
 from lnk.move.journal import Entry
+from lnk.move.ready import Ask, ModelChoice
 from lnk.move.signals import Guard, deferred_signals
 from lnk.move.steps import Ends
 from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
 from lnk.places.where import HERE, Whereabouts, place_leg, where_is
-from lnk.protocol import Prepared, ReceiveReport
-from lnk.transport.legs import Leg
+from lnk.protocol import BackupSchedule, Prepared, ReceiveReport
+from lnk.transport.legs import Leg, pipe
 
 __all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
 
@@ -60,6 +61,9 @@ def move(
     from_box: str | None = None,
     no_start: bool = False,
     say: Say = lambda s: None,
+    choice: ModelChoice | None = None,
+    ask: Ask = lambda q: None,
+    backup_schedule: bool = False,
 ) -> dict[str, Any]:
     """Move the agent to ``to`` (a box, or HERE), from where it is or from ``from_box``.
 
@@ -71,7 +75,16 @@ def move(
     finish_all(machine, say)
     where = where_is(machine, name, from_box)
     try:
-        result = _move(machine, where, to, no_start=no_start, say=say)
+        result = _move(
+            machine,
+            where,
+            to,
+            no_start=no_start,
+            say=say,
+            choice=choice or ModelChoice(),
+            ask=ask,
+            backup_schedule=backup_schedule,
+        )
     except BaseException:
         _deliver_held(machine, where.id, say)  # the move was undone: where the agent answers
         raise
@@ -89,7 +102,15 @@ def _deliver_held(machine: Machine, agent_id: str, say: Say) -> list[dict[str, A
 
 
 def _move(
-    machine: Machine, where: Whereabouts, to: str, *, no_start: bool, say: Say
+    machine: Machine,
+    where: Whereabouts,
+    to: str,
+    *,
+    no_start: bool,
+    say: Say,
+    choice: ModelChoice,
+    ask: Ask,
+    backup_schedule: bool,
 ) -> dict[str, Any]:
     name = where.name
     if where.place == to:
@@ -119,9 +140,21 @@ def _move(
         no_start=no_start,
         was_running=st.running,
     )
+    word = ready.mover_model(machine, where, choice)
     try:
-        prep = steps.prepare(machine, ends.dst, name, where.id, grants_here=where.here)
+        prep = steps.prepare(machine, ends.dst, name, where.id, where.here, ready.model_args(word))
         e.set(phase="prepared", receiver=prep.receiver, dst_had_agent=prep.has_agent)
+        # what the agent needs there, settled while nothing is sent
+        ready.check_grants(machine, ends, where, prep, say)
+        ready.check_model(where, ends, prep, choice)
+        carried = ready.carry_secrets(ends, where)
+        if carried:
+            say(f"{name}'s keys go with it to {ends.dst.name}: {', '.join(carried)}")
+        gave = ready.settle_key(e, ends, where, prep, choice, carried, ask)
+        if gave:
+            say(f"{prep.model_key_env} for {name}'s model is kept on {ends.dst.name} ({gave})")
+        say(f"{name} will think with {prep.model} on {ends.dst.name}")
+        schedule = ready.check_schedule(ends, where, carried, backup_schedule)
         fault("move:after-prepare")
         say(f"sending {name} from {ends.src.name} to {ends.dst.name} while it answers")
         bulk = steps.phase(ends, name, prep, "bulk", steps.inventory(ends.dst, prep.receiver))
@@ -129,16 +162,41 @@ def _move(
         fault("move:after-bulk")
     except BaseException as err:
         steps.abandon(ends.dst, e)
+        with contextlib.suppress(LnkError):
+            ready.forget_there(ends, e)
         e.remove()
         raise _as_lnk(err) from err
     with deferred_signals() as guard:
         try:
-            return _switch(machine, e, ends, prep, bulk, say, guard, t0)
+            result = _switch(machine, e, ends, prep, bulk, say, guard, t0)
         except BaseException as err:
             e.set(failed=str(err) or type(err).__name__)
             say(f"the move failed ({err}); {name} resumes on {ends.src.name}")
             undo(machine, e, ends, say)
             raise _as_lnk(err) from err
+    result["schedule"] = _follow(ends, e, schedule, backup_schedule, to, say)
+    return result
+
+
+def _follow(
+    ends: Ends, e: Entry, sched: BackupSchedule | None, install: bool, to: str, say: Say
+) -> dict[str, Any] | None:
+    """The agent's backup schedule follows it: removed where it was (by ``moved-away``),
+    installed where it went (``--backup-schedule``) or offered as the line that does."""
+    if sched is None:
+        return None
+    args = ready.schedule_args(e.agent, sched)
+    say(f"{e.agent}'s backup schedule on {ends.src.name} was removed ({sched.url})")
+    if not install:
+        line = " ".join(args) if to == HERE else f"box run {to} -- {' '.join(args)}"
+        say(f"to back it up on {ends.dst.name} as before: lnk {line}")
+        return {"url": sched.url, "installed": False}
+    # the owner's public backup key (and the repositories' writer secrets), never the
+    # private one: the box backs up for the owner, who alone restores
+    pipe(ends.src, ["backup", "key", "export", "--public"], ends.dst, ["backup", "key", "import"])
+    ends.dst.run(args)
+    say(f"{e.agent} is backed up from {ends.dst.name} as before ({sched.url})")
+    return {"url": sched.url, "installed": True}
 
 
 def _as_lnk(err: BaseException) -> BaseException:

@@ -11,21 +11,24 @@ import sqlite3
 import time
 from typing import Any
 
-from lnk.agents import registry
+from lnk.agents import registry, secrets
 from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
 from lnk.agents.moved import DAY, notes_dir, purge_expired
 from lnk.agents.policy import remember
 from lnk.agents.registry import Agent
+from lnk.backup import timers
 from lnk.errors import NotFound, UsageError
 from lnk.fsutil import rmtree
 from lnk.payload.kept import record_left
+from lnk.protocol import BackupSchedule, Left
 from lnk.runtime import service
 
 
 def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
-    """Delete what runs the agent here; keep its folders aside; leave a note."""
-
+    """Delete what runs the agent here (its keys and its backup timer too); keep its folders
+    aside; leave a note."""
+    schedule = timers.read_schedule(machine, agent.id)
     service.stop(agent)
     remember(machine, agent.settings, agent.folders.sandbox_toml)  # for its return
     days = load_machine(machine).keep_moved_days()
@@ -48,12 +51,16 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
         "at": now,
         "kept": str(kept),
         "until": None if days is None else now + days * DAY,
+        "schedule": schedule,
     }
     d = notes_dir(machine)
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{agent.id}.json").write_text(json.dumps(note, indent=1))
     rmtree(agent.runtime)
     rmtree(agent.net)
+    secrets.remove_all(machine, agent.id)  # carried where it went before the bulk
+    if schedule is not None:
+        timers.uninstall(machine, agent.id)  # its schedule follows it: the move says so
     agent.settings_path.unlink(missing_ok=True)
     return note
 
@@ -63,17 +70,21 @@ def pause(machine: Machine, name: str | None) -> bool:
     return service.stop(registry.find(machine, name))
 
 
-def moved_away(machine: Machine, name: str | None, agent_id: str, to: str) -> dict[str, Any] | None:
+def moved_away(machine: Machine, name: str | None, agent_id: str, to: str) -> Left:
     """(``agent moved-away``) The agent answers at ``to``: leave, and purge expired kept folders.
 
-    None when it has left already (a journal finishing a move runs this again).
+    An empty answer when it has left already (a journal finishing a move runs this again).
     """
     try:
         a = registry.find(machine, name)
     except NotFound:
-        return None
+        return Left()
     if a.id != agent_id:
         raise UsageError(f"{a.name} here is {a.id}, not {agent_id}", hint="nothing was removed")
     note = leave(machine, a, to)
     purge_expired(machine)
-    return note
+    sched = note.get("schedule")
+    return Left(
+        kept=str(note["kept"]),
+        schedule=BackupSchedule.from_json(sched) if isinstance(sched, dict) else None,
+    )

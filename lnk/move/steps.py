@@ -17,7 +17,7 @@ from lnk.agents.policy import grants_to_send
 from lnk.errors import LnkError, TransportError
 from lnk.move.journal import Entry
 from lnk.move.signals import guard
-from lnk.protocol import Prepared, ProtocolError, ReceiveReport, Status, decode
+from lnk.protocol import Left, Prepared, ProtocolError, ReceiveReport, Status, decode
 from lnk.transport.errorline import error_line
 from lnk.transport.legs import MAX_ANSWER, SSH_FAILED, Leg, read_bounded, settle
 
@@ -36,10 +36,19 @@ def status(leg: Leg, name: str) -> Status:
     return leg.ask(["agent", "status", "--agent", name, "--json"], Status)
 
 
-def prepare(machine: Machine, dst: Leg, name: str, agent_id: str, grants_here: bool) -> Prepared:
+def prepare(
+    machine: Machine,
+    dst: Leg,
+    name: str,
+    agent_id: str,
+    grants_here: bool,
+    model_args: list[str],
+) -> Prepared:
     """A receiver at the destination; the agent's grants go with it when it leaves this
-    computer (the one running the move), since its word, not the stream's, counts."""
+    computer (the one running the move), since its word, not the stream's, counts, and so
+    does its model as the mover knows it (``model_args``, :func:`lnk.move.ready.model_args`)."""
     args = ["agent", "state-receive", "--prepare", "--agent-id", agent_id, "--name", name]
+    args += model_args
     if grants_here:
         grants = grants_to_send(machine.folders(name).sandbox_toml).encode()
         r = dst.run([*args, "--grants", "-", "--json"], stdin=grants, check=False)
@@ -92,8 +101,11 @@ def start_there(dst: Leg, name: str) -> Status:
     return dst.ask(["agent", "start", "--agent", name, "--json"], Status)
 
 
-def let_go(src: Leg, e: Entry, to: str) -> None:
-    src.run(["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id, "--to", to])
+def let_go(src: Leg, e: Entry, to: str) -> Left:
+    """The agent answers where it went: where it was lets go of it (its settings, keys and
+    backup timer); what it did."""
+    args = ["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id, "--to", to]
+    return src.ask([*args, "--json"], Left)
 
 
 def holds(leg: Leg, e: Entry) -> bool:

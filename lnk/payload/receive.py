@@ -23,7 +23,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.machine import account_owner
 from lnk.agents.registry import Agent, find_by_id, taken_blocks
 from lnk.agents.running import is_running
-from lnk.agents.settings import Settings, migrate
+from lnk.agents.settings import ModelSettings, Settings, migrate
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
 from lnk.formats.stream import StreamReader
 from lnk.payload import commit, kept, safefs
@@ -108,7 +108,12 @@ def check_destination(machine: Machine, head: M.Head) -> Agent | None:
 
 
 def _settings_here(
-    head: M.Head, existing: Agent | None, machine: Machine, store: str, mover_grants: str | None
+    head: M.Head,
+    existing: Agent | None,
+    machine: Machine,
+    store: str,
+    mover_grants: str | None,
+    model: ModelSettings | None,
 ) -> policy.Arrival:
     """The receiving machine decides, the stream informs (lnk.agents.policy)."""
     try:
@@ -124,7 +129,7 @@ def _settings_here(
         s.port_base = ports.allocate(s.name, s.harness, taken_blocks(machine))
     here = existing.settings if existing is not None else None
     try:
-        return policy.arrive(machine, s, head.grants, here, mover_grants)
+        return policy.arrive(machine, s, head.grants, here, mover_grants, model)
     except RecursionError:
         raise M.bad("the stream's grants are nested too deeply") from None
 
@@ -287,7 +292,11 @@ def _commit(
             kept_base = None
     mover_grants = r.info().get("mover_grants")  # what the computer running the move sent
     mover_grants = mover_grants if isinstance(mover_grants, str) else None
-    arrival = _settings_here(head, existing, machine, stage.store_driver or "files", mover_grants)
+    decided = r.info().get("model")  # the model decided at the prepare, if one was
+    model = policy.model_settings(decided) if isinstance(decided, dict) else None
+    arrival = _settings_here(
+        head, existing, machine, stage.store_driver or "files", mover_grants, model
+    )
     work = stage.work
     from lnk.agents.settings import write_toml_atomic
 

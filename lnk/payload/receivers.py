@@ -239,12 +239,16 @@ def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> b
 
 
 def prepare(
-    machine: Machine, agent_id: str | None = None, mover_grants: str | None = None
+    machine: Machine,
+    agent_id: str | None = None,
+    mover_grants: str | None = None,
+    model: dict[str, str] | None = None,
 ) -> Receiver:
     """A fresh receiver: a one-time key pair, and an index of what is held here already.
 
     ``mover_grants``: the agent's grants as the computer running the move sent them
-    (it is the machine the agent leaves), applied at commit as they are."""
+    (it is the machine the agent leaves), applied at commit as they are; ``model``:
+    the model the agent will think with here, decided now (``policy.model_for_arrival``)."""
     rid = RECEIVER_PREFIX + secrets.token_hex(8)
     r = Receiver(machine, rid)
     machine.receivers_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -257,6 +261,8 @@ def prepare(
     r.set_info(created=clock(), agent_id=agent_id, public_key=key.public.text())
     if mover_grants is not None:
         r.set_info(mover_grants=mover_grants)
+    if model is not None:
+        r.set_info(model=model)
     if agent_id:
         _adopt_earlier_objects(machine, r, agent_id)
         base = _base_for(machine, agent_id)

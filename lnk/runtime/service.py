@@ -22,6 +22,8 @@ from lnk.agents import ports
 from lnk.agents.backup_key import key_warning
 from lnk.agents.grants import read_spec
 from lnk.agents.machine import account_owner, load_machine
+from lnk.agents.models import describe as describe_model
+from lnk.agents.models import key_place
 from lnk.agents.registry import Agent, last_backup, taken_blocks
 from lnk.agents.running import is_running, pid_alive, read_json, runner_pid
 from lnk.errors import AgentNotRunning
@@ -255,4 +257,5 @@ def status(agent: Agent, ask: bool = True) -> Status:
         exit=died,
         refused=last_refusal(agent.runtime),
         backup=backup,
+        model=describe_model(s.model, key_place(agent.machine, s.id, s.model)),
     )

@@ -319,6 +319,12 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+# bubblewrap itself starts with this environment alone: its own init process inside the
+# sandbox keeps the environment it was started with (readable as /proc/1/environ in
+# there), so lnk's own (a provider's key in a variable, say) never reaches it
+LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
 @dataclass
 class Sandboxed:
     """A command ready to run in the sandbox: its argv and the descriptors bubblewrap reads
@@ -328,12 +334,14 @@ class Sandboxed:
     fds: list[int] = field(default_factory=list)
 
     def popen(self, **kw: Any) -> subprocess.Popen[Any]:
+        kw.setdefault("env", LAUNCH_ENV)
         try:
             return subprocess.Popen(self.argv, pass_fds=self.fds, **kw)
         finally:
             self.close()
 
     def run(self, **kw: Any) -> subprocess.CompletedProcess[Any]:
+        kw.setdefault("env", LAUNCH_ENV)
         try:
             return subprocess.run(self.argv, pass_fds=self.fds, **kw)
         finally:

@@ -20,7 +20,8 @@ from lnk.agents.registry import LAST_BACKUP
 from lnk.backup import agent_files as AF
 from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
-from lnk.backup.schedule import lnk_command, plist_text
+from lnk.backup.schedule import lnk_command
+from lnk.backup.timers import plist_text
 from lnk.transport.buckets import open_bucket
 
 

@@ -179,7 +179,7 @@ def test_schedule_writes_units_and_prints_the_crontab_line(src: Machine, local_u
     unit = src.home / ".config" / "systemd" / "user" / f"lnk-backup-{a.id}"
     assert sorted(r["files"]) == [f"{unit}.service", f"{unit}.timer"]
     service = Path(f"{unit}.service").read_text()
-    assert f"--agent work --to {local_url} --scheduled --keep daily=7,weekly=4" in service
+    assert f"--agent-id {a.id} --to {local_url} --scheduled --keep daily=7,weekly=4" in service
     timer = Path(f"{unit}.timer").read_text()
     assert "OnCalendar=*-*-* 00/6:00:00" in timer and "Persistent=true" in timer
     assert r["installed"] is False  # no systemd user manager runs here

@@ -182,3 +182,14 @@ def test_the_runner_puts_the_sandbox_in_the_agent_s_cgroup(start_agent: Any, hom
     assert (group.dirs[-1] / "pids.max").read_text().strip() == "64"
     r.stop()
     assert not any(d.exists() for d in group.dirs)  # removed at the stop
+
+
+def test_lnk_s_environment_never_reaches_the_sandbox(
+    agent: registry.Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bubblewrap's own init (pid 1 in the sandbox) keeps the environment bubblewrap was
+    started with: a key in lnk's environment must not be there to read."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-leak-me-not")
+    p = sh(agent, "cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'")
+    assert p.returncode == 0, p.stderr
+    assert "sk-leak-me-not" not in p.stdout and "HOME=" in p.stdout
