@@ -14,7 +14,7 @@ from typing import Any
 
 from lnk.agents import grants, secrets
 from lnk.agents.registry import Agent
-from lnk.errors import UsageError
+from lnk.errors import Refused, UsageError
 from lnk.sandbox import bwrap, limits
 
 AT_ONCE = ("host", "tcp", "port", "lan-host")
@@ -32,6 +32,12 @@ def change(agent: Agent, changes: list[tuple[str, str]], *, allow: bool) -> list
     spec = grants.read_spec(path)
     notes: list[str] = []
     for flag, value in changes:
+        f = grants.BY_FLAG.get(flag)
+        if allow and f is not None and not f.enforced:
+            raise Refused(
+                f"this machine's sandbox can't hold --{flag}: a start would refuse {agent.name}",
+                hint="nothing was changed; a grant this machine can't enforce is never given",
+            )
         notes.append(grants.change(spec, flag, value, allow=allow))
     if agent.settings.sandbox:
         if allow:  # a new grant of a folder names one that exists

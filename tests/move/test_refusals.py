@@ -91,3 +91,36 @@ def test_a_name_taken_at_the_destination(world: World) -> None:
     st = world.status(HERE)
     assert st is not None and st["running"] and st["id"] == agent_id
     assert world.journal_empty()
+
+
+def test_grants_the_destination_can_t_hold_refuse_the_move_before_its_bulk(
+    world: World,
+) -> None:
+    """A box-born agent whose grants name [commands]: the move here is refused before
+    anything is sent (not found after the pause), with the line that mends it where the
+    agent lives; mended there, it moves."""
+    box = world.boxes["b1"]
+    world.ok("box", "run", "b1", "--", "agent", "create", AGENT)
+    grants = box / "Link" / "Agents" / AGENT / "Config" / "sandbox.toml"
+    grants.write_text(grants.read_text() + '\n[commands]\nallow = ["git"]\n')
+    before = sorted(p.name for p in (world.here / "Link").glob("Agents/*"))
+    r = world.lnk("agent", "move", "--agent", AGENT, "--from", "b1", "--here")
+    assert r.code == 6 and "[commands]" in r.err and "nothing was sent" in r.err, r.err
+    hint = next(line for line in r.err.splitlines() if line.startswith("lnk: hint: "))
+    line = hint.removeprefix("lnk: hint: ")
+    assert line == f"lnk box run b1 -- agent deny --agent {AGENT} --command git", line
+    assert sorted(p.name for p in (world.here / "Link").glob("Agents/*")) == before
+    assert not list((world.here / ".lnk" / "receivers").glob("rcv-*"))
+    assert world.journal_empty()
+    # the hint runs, where the agent lives, and then the move goes through
+    world.ok(*line.split()[1:])
+    assert "[commands]" not in grants.read_text() or "git" not in grants.read_text()
+    world.ok("agent", "move", "--agent", AGENT, "--from", "b1", "--here", "--no-start")
+    assert world.has_settings(HERE) and not world.has_settings("b1")
+
+
+def test_allow_refuses_a_grant_this_machine_can_t_hold(world: World) -> None:
+    world.ok("agent", "create", AGENT)
+    for flag, value in (("--command", "git"), ("--tool", "x"), ("--browser-host", "h")):
+        r = world.lnk("agent", "allow", "--agent", AGENT, flag, value)
+        assert r.code == 6 and f"can't hold {flag}" in r.err, r.err
