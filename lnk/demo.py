@@ -49,6 +49,8 @@ def run_demo(folder: Path | None, sandbox: bool, say: Say) -> Path:
     step(b, "agent", "start", "--agent", "demo", *([] if sandbox else ["--no-sandbox"]))
     step(b, "agent", "chat", "send", "--agent", "demo", "hello from b")
     step(b, "agent", "stop", "--agent", "demo")
+    # b stood in for a new machine: it lets go of its copy, so one agent lives in one place
+    step(b, "agent", "remove", "demo", "--yes", "--files", "delete")
     step(a, "box", "add", "box", "--local", str(root / "box"))
     step(a, "agent", "move", "--to", "box", "--agent", "demo")
     step(a, "agent", "chat", "send", "--agent", "demo", "hello on the box")

@@ -125,6 +125,19 @@ def ensure(machine: Machine) -> BackupKeys:
     return BackupKeys(key.public, key, {}, created=True)
 
 
+def pending_note(machine: Machine) -> str | None:
+    """The note about the key pair made here, until it has been told once (a run that made
+    it and then failed tells it too: the pair stays)."""
+    d = key_dir(machine)
+    if (d / ".note-told").exists() or (d / EXPORTED).exists() or not (d / "owner.key").exists():
+        return None
+    return created_note(machine)
+
+
+def note_told(machine: Machine) -> None:
+    (key_dir(machine) / ".note-told").touch()
+
+
 def created_note(machine: Machine) -> str:
     """What a run that made the owner's key pair says, once."""
     return (

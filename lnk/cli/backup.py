@@ -10,6 +10,7 @@ import click
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
+from lnk.backup.agent_keys import note_told, pending_note
 from lnk.backup.maintenance import group_of, prune, verify
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, progress_bar, say, table
@@ -70,8 +71,10 @@ def backup(
         rep = run_backup(m, a, url, keep=keep, progress=bar.update)
     finally:
         bar.close()
-    if rep.key_note:
-        say(rep.key_note)
+        note = pending_note(m)  # the key pair this run made, told once, failed run or not
+        if note:
+            say(note)
+            note_told(m)
     if rep.label_problem:
         say(rep.label_problem)
     if as_json:

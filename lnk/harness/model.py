@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lnk.errors import InvalidInput, TransportError
+from lnk.text import one_line
 
 MAX_ANSWER_BYTES = 4 << 20
 HISTORY_TURNS = 40  # events sent to a remote model as context, at most
@@ -110,10 +111,11 @@ class OpenAIModel:
             with self.opener.open(req, timeout=self.timeout) as resp:
                 raw = resp.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as e:
-            detail = e.read(2000).decode("utf-8", "replace")
+            detail = one_line(e.read(2000).decode("utf-8", "replace"), 500)
             raise TransportError(
                 f"the model at {self.url} answered HTTP {e.code}: {detail}",
-                hint="check [model] base_url, name and the key's variable in the agent's settings",
+                hint="lnk agent model shows the agent's model and where its key is; "
+                "lnk agent logs shows what its proxy did",
             ) from e
         except (urllib.error.URLError, OSError) as e:
             raise TransportError(

@@ -45,7 +45,9 @@ def forward(
         if not status.running or status.id != e.agent_id:
             raise TransportError(
                 f"{e.agent} does not answer on {ends.dst.name} after the move",
-                hint=f"see lnk box run {e.dst} -- agent logs --agent {e.agent}",
+                hint=f"lnk agent logs --agent {e.agent}"
+                if e.dst == "here"
+                else f"lnk box run {e.dst} -- agent logs --agent {e.agent}",
             )
     elif not steps.holds(ends.dst, e):
         raise TransportError(

@@ -9,6 +9,7 @@ otherwise) and writes ``endpoint.json`` once the harness listens.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,9 +29,11 @@ from lnk.agents.registry import Agent, last_backup, taken_blocks
 from lnk.agents.running import is_running, pid_alive, read_json, runner_pid
 from lnk.errors import AgentNotRunning
 from lnk.harness.client import status as harness_status
+from lnk.logs import tail_lines
 from lnk.protocol import Status
 from lnk.runtime.proxy import last_refusal
 from lnk.sandbox.limits import Limits, systemd_properties
+from lnk.text import one_line
 
 START_DEADLINE_S = float(os.environ.get("LNK_START_DEADLINE", "30"))
 
@@ -148,12 +151,16 @@ def _unit_limits(agent: Agent) -> list[str]:
     return systemd_properties(Limits.of(read_spec(agent.folders.sandbox_toml)))
 
 
-def _log_tail(agent: Agent, lines: int = 5) -> str:
-    try:
-        text = (agent.runtime / "harness.log").read_text(errors="replace")
-    except OSError:
-        return ""
-    return " | ".join(text.strip().splitlines()[-lines:])
+def _why_not_started(agent: Agent) -> str:
+    """One line: the runner's reason (exit.json), else the log's last error line."""
+    died = read_json(agent.runtime / "exit.json") or {}
+    if isinstance(died.get("reason"), str) and died["reason"]:
+        return one_line(died["reason"], 300)
+    with contextlib.suppress(OSError):
+        for line in reversed(tail_lines(agent.runtime / "harness.log", 40)):
+            if "error" in line.lower():
+                return one_line(line.split(": ", 1)[-1], 300)
+    return "it left no reason"
 
 
 def _wait_answering(agent: Agent) -> Status:
@@ -164,7 +171,7 @@ def _wait_answering(agent: Agent) -> Status:
             return st
         if runner_pid(agent) is None and (agent.runtime / "runner.pid").exists():
             raise AgentNotRunning(
-                f"{agent.name}'s harness stopped as it started: {_log_tail(agent) or 'no log'}",
+                f"{agent.name}'s harness stopped as it started: {_why_not_started(agent)}",
                 hint=f"see lnk agent logs --agent {agent.name}",
             )
         time.sleep(0.05)

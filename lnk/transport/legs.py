@@ -128,7 +128,8 @@ class LegProcess:
                 raise failed[0]
             raise TransportError(
                 f"{self.leg.name} did not answer within {timeout or 0:.0f} s",
-                hint=f"check that {self.leg.name} answers: lnk box run {self.leg.name} -- version",
+                hint="check that it answers: lnk box list names each box, and lnk box run NAME -- "
+                "version asks one",
             )
         self.proc.wait(timeout=timeout)
         return got[0]
