@@ -1,8 +1,9 @@
-"""The sealed stream format (docs/stream-format.md): keys, header, records."""
+"""The sealed stream format (docs/stream-format.md): keys, header, records, writer, reader."""
 
+from lnk.formats.header import FORMAT, RECORD_MAX, StreamFault
 from lnk.formats.keys import PublicKey, ReceiverKey, key_id, parse_public_key
-from lnk.formats.records import FORMAT, RECORD_MAX, StreamFault
-from lnk.formats.stream import StreamReader, StreamSummary, StreamWriter, peek_format, split_body
+from lnk.formats.reader import StreamReader, peek_format
+from lnk.formats.stream import StreamSummary, StreamWriter, split_body
 
 __all__ = [
     "FORMAT",

@@ -1,20 +1,18 @@
-"""Write and read a sealed stream (format 4) in bounded memory.
+"""Write a sealed stream (format 4) in bounded memory.
 
     with StreamWriter(out, recipient, {"kind": "move"}) as w:
         w.write(0x01, b"...")              # each body at most RECORD_MAX bytes
     summary = w.summary
 
-    reader = StreamReader(inp, receiver_key)
-    reader.meta                             # verified cleartext metadata
-    for rtype, body in reader:              # ends normally only when complete
-        ...
-
-Records are compressed and sealed (or opened and decompressed) in a small
-thread pool, a few at a time, and always go out in order.
+Records are compressed and sealed in a small thread pool, a few at a time,
+and always go out in order.  This module also holds what both ends share:
+the :class:`StreamSummary` of a complete stream and the pipe and pool
+helpers; ``reader.py`` reads what this writes.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
@@ -27,19 +25,18 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from lnk.errors import InvalidInput, StreamError
+from lnk.formats import header as H
 from lnk.formats import records as R
-from lnk.formats.keys import PublicKey, ReceiverKey
+from lnk.formats.keys import PublicKey
 
-RECORD_MAX = R.RECORD_MAX
-FORMAT = R.FORMAT
+RECORD_MAX = H.RECORD_MAX
+FORMAT = H.FORMAT
 
 __all__ = [
     "FORMAT",
     "RECORD_MAX",
-    "StreamReader",
     "StreamSummary",
     "StreamWriter",
-    "peek_format",
     "split_body",
 ]
 
@@ -65,19 +62,17 @@ def split_body(
         yield view[start : start + size]
 
 
-def _grow_pipe(f: Any) -> None:
+def grow_pipe(f: Any) -> None:
     """Make a pipe hold a whole record (Linux), so both ends of a pipeline overlap."""
     try:
-        import fcntl
-
         fd = f.fileno()
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-    except (AttributeError, ImportError, OSError, ValueError, io.UnsupportedOperation):
-        pass  # not a pipe, not Linux, or above pipe-max-size: fine as it is
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a pipe, or above pipe-max-size: fine as it is
 
 
-def _done(value: Any = None, exc: BaseException | None = None) -> Future[Any]:
+def done_future(value: Any = None, exc: BaseException | None = None) -> Future[Any]:
     fut: Future[Any] = Future()
     if exc is not None:
         fut.set_exception(exc)
@@ -105,14 +100,14 @@ class StreamWriter:
         rng: Callable[[int], bytes] | None = None,
     ) -> None:
         draw = rng or os.urandom
-        meta_bytes = R.canonical_meta(meta if meta is not None else {})
+        meta_bytes = H.canonical_meta(meta if meta is not None else {})
         stream_id, stream_key = draw(16), draw(32)
-        self._header = R.build_header(
+        self._header = H.build_header(
             recipient.raw, recipient.hpke_key, meta_bytes, stream_id, stream_key
         )
         self._keys = R.Keys(stream_key, self._header)
         self._out = out
-        _grow_pipe(out)
+        grow_pipe(out)
         self._level = level
         self._pool = ThreadPoolExecutor(workers, "lnk-seal") if workers > 1 else None
         self._max_inflight = max(2, 2 * workers)
@@ -159,7 +154,7 @@ class StreamWriter:
         try:
             if self._pool is None:
                 self._inflight.append(
-                    _done(R.seal_record(self._keys, self._index, rtype, data, self._level))
+                    done_future(R.seal_record(self._keys, self._index, rtype, data, self._level))
                 )
             else:
                 self._inflight.append(
@@ -179,7 +174,7 @@ class StreamWriter:
         """Read ``inp`` to its end as records of ``rtype``; return the bytes read."""
         n = 0
         while True:
-            chunk = R.read_exact(inp, RECORD_MAX)
+            chunk = H.read_exact(inp, RECORD_MAX)
             if not chunk:
                 return n
             self.write(rtype, chunk)
@@ -234,181 +229,3 @@ class StreamWriter:
             self.close()
         else:
             self.abort()
-
-
-@dataclass(frozen=True)
-class _Final:
-    index: int
-    ct: bytes
-
-
-class StreamReader:
-    """Verify a stream's header now; iterate to get ``(rtype, body)`` records in order.
-
-    The iteration ends normally only after the final record has verified and
-    end of input follows it; any problem raises a :class:`StreamError`
-    (``records.StreamFault`` with a ``kind``, or ``FormatMismatch``).
-    Records yielded before an error must be treated as unverified.
-    """
-
-    def __init__(self, inp: BinaryIO, key: ReceiverKey, *, workers: int = 2) -> None:
-        self._inp = inp
-        _grow_pipe(inp)
-        self._header, stream_key = R.read_header(inp, key.hpke_private, key.key_id)
-        self.meta: dict[str, Any] = R.parse_meta(self._header.meta_bytes)
-        self._keys = R.Keys(stream_key, self._header)
-        self._workers = workers
-        self._started = False
-        self._root = hashlib.sha256()
-        self._n = 0
-        self._total = 0
-        self._wire = len(self._header.raw)
-        self.summary: StreamSummary | None = None
-
-    format = FORMAT
-
-    @property
-    def stream_id(self) -> bytes:
-        return self._header.stream_id
-
-    @property
-    def header_hash(self) -> bytes:
-        return self._header.hh
-
-    @property
-    def complete(self) -> bool:
-        return self.summary is not None
-
-    def __iter__(self) -> Iterator[tuple[int, bytes]]:
-        if self._started:
-            raise StreamError("a stream can be read only once")
-        self._started = True
-        return self._records()
-
-    def _records(self) -> Iterator[tuple[int, bytes]]:
-        pool = ThreadPoolExecutor(self._workers, "lnk-open") if self._workers > 1 else None
-        lookahead = max(1, 2 * self._workers)
-        pending: deque[Future[tuple[int, bytes, bytes]] | _Final] = deque()
-        error: StreamError | None = None
-        scan = self._scan(pool)
-        try:
-            while True:
-                # only a fault of the framing ahead is held back (earlier records' problems
-                # are reported first); a record that does not open raises at its turn, so
-                # nothing after it reaches the caller
-                try:
-                    item = next(scan)
-                except StopIteration:
-                    break
-                except StreamError as exc:
-                    error = exc
-                    break
-                pending.append(item)
-                while len(pending) > lookahead:
-                    yield from self._complete(pending.popleft())
-            while pending:
-                yield from self._complete(pending.popleft())
-            if error is not None:
-                raise error
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-
-    def _scan(
-        self, pool: ThreadPoolExecutor | None
-    ) -> Iterator[Future[tuple[int, bytes, bytes]] | _Final]:
-        """Read records off the wire (framing checks only); hand out their openings."""
-        limit = self._header.record_max
-        index = 0
-        while True:
-            word = R.read_exact(self._inp, 4)
-            if not word:
-                last = f"after record {index - 1}" if index else "after its header"
-                raise R.StreamFault(
-                    "truncated",
-                    f"the stream ends {last} without its final record: it was cut short",
-                    hint="the sender stopped or the connection dropped; send it again",
-                )
-            if len(word) < 4:
-                raise self._cut(index)
-            length, final = R.parse_word(word, index, limit)
-            ct = R.read_exact(self._inp, length)
-            if len(ct) < length:
-                raise self._cut(index)
-            self._wire += 4 + length
-            if final:
-                yield _Final(index, ct)
-                if self._inp.read(1):
-                    raise R.StreamFault(
-                        "trailing",
-                        "there are bytes after the stream's final record",
-                        hint="something appended to the stream; send it again",
-                    )
-                return
-            if pool is None:
-                try:
-                    yield _done(R.open_record(self._keys, index, ct, False, limit))
-                except StreamError as exc:
-                    yield _done(exc=exc)
-            else:
-                yield pool.submit(R.open_record, self._keys, index, ct, False, limit)
-            index += 1
-
-    @staticmethod
-    def _cut(index: int) -> R.StreamFault:
-        return R.StreamFault(
-            "truncated",
-            f"the stream ends in the middle of record {index}: it was cut short",
-            hint="the sender stopped or the connection dropped; send it again",
-        )
-
-    def _complete(
-        self, item: Future[tuple[int, bytes, bytes]] | _Final
-    ) -> Iterator[tuple[int, bytes]]:
-        if isinstance(item, _Final):
-            self._finish(item)
-            return
-        rtype, body, h = item.result()
-        self._root.update(h)
-        self._n += 1
-        self._total += len(body)
-        yield rtype, body
-
-    def _finish(self, item: _Final) -> None:
-        _rt, body, _h = R.open_record(self._keys, item.index, item.ct, True, 0)
-        n, total, root = R._FINAL.unpack(body)
-        mine = self._root.digest()
-        if item.index != self._n or n != self._n or total != self._total or root != mine:
-            raise R.StreamFault(
-                "payload",
-                f"the final record does not match the stream (it counts {n} records and "
-                f"{total} bytes; {self._n} records and {self._total} bytes arrived)",
-                hint="the sender is not a compatible lnk, or the stream was forged",
-            )
-        self.summary = StreamSummary(
-            self._header.stream_id, self._header.hh, n, total, root, self._wire
-        )
-
-
-def peek_format(inp: BinaryIO) -> int:
-    """The format number of a stream, without consuming it (needs ``peek`` or ``seek``).
-
-    Raises StreamFault ``not-lnk``/``truncated`` for something that is not an
-    lnk stream; does not raise FormatMismatch (compare with FORMAT yourself).
-    """
-    peek = getattr(inp, "peek", None)
-    if peek is not None:
-        head = bytes(peek(10)[:10])
-    elif inp.seekable():
-        pos = inp.tell()
-        head = R.read_exact(inp, 10)
-        inp.seek(pos)
-    else:
-        raise ValueError("peek_format needs a stream with peek() or seek()")
-    try:
-        R.check_prelude(head)
-    except R.StreamFault:
-        raise
-    except StreamError:
-        pass  # another format: say which
-    return int.from_bytes(head[8:10], "big")

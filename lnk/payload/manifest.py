@@ -25,7 +25,7 @@ from typing import Any
 
 from lnk.agents.grants import MAX_GRANTS_BYTES
 from lnk.errors import InvalidInput, StreamError
-from lnk.formats.records import FORMAT
+from lnk.formats.header import FORMAT
 
 MANIFEST_NAME = f"lnk-move-{FORMAT}.json"
 

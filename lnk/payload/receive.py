@@ -25,7 +25,7 @@ from lnk.agents.registry import Agent, find_by_id, taken_blocks
 from lnk.agents.running import is_running
 from lnk.agents.settings import ModelSettings, Settings, migrate
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
-from lnk.formats.stream import StreamReader
+from lnk.formats.reader import StreamReader
 from lnk.payload import commit, kept, safefs
 from lnk.payload import manifest as M
 from lnk.payload.receivers import Receiver, open_receiver, prepare

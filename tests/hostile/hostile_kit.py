@@ -1,10 +1,10 @@
 """Tools for the hostile-input corpus: forge streams, feed them to the real ``lnk``.
 
-Streams are built with the format's own primitives (``lnk.formats.records``:
-the header, the per-record sealing) so a case may put anything at any place:
-a record of a reserved type, a codec byte nobody defined, a zstd frame that
-lies about its size, a record spliced from another stream, a final record that
-counts wrong.  Every case is received by ``lnk agent state-receive`` in a
+Streams are built with the format's own primitives (``lnk.formats.header``
+and ``lnk.formats.records``: the header, the per-record sealing) so a case
+may put anything at any place: a record of a reserved type, a codec byte
+nobody defined, a zstd frame that lies about its size, a record spliced from
+another stream, a final record that counts wrong.  Every case is received by ``lnk agent state-receive`` in a
 subprocess, as a person would run it, and judged by what that person sees: one
 ``lnk: error:`` line (and at most a hint), the exit code of ``lnk.errors``, no
 traceback, and a destination that did not change.
@@ -25,6 +25,7 @@ from typing import Any
 
 import zstandard
 
+from lnk.formats import header as H
 from lnk.formats import records as R
 from lnk.formats.keys import PublicKey, parse_public_key
 from lnk.payload import manifest as M
@@ -161,10 +162,10 @@ def records(
         size += n
     if cur or not entries:
         out.append((M.FILES, dump(cur)))
-    for start in range(0, len(data), R.RECORD_MAX):
-        out.append((M.DATA, data[start : start + R.RECORD_MAX]))
-    for start in range(0, len(collections), R.RECORD_MAX):
-        out.append((M.COLLECTION, collections[start : start + R.RECORD_MAX]))
+    for start in range(0, len(data), H.RECORD_MAX):
+        out.append((M.DATA, data[start : start + H.RECORD_MAX]))
+    for start in range(0, len(collections), H.RECORD_MAX):
+        out.append((M.COLLECTION, collections[start : start + H.RECORD_MAX]))
     if summary is True:
         out.append((M.SUMMARY, dump(summary_of(out))))
     elif summary is not None:
@@ -185,8 +186,8 @@ class Forge:
 
     def __post_init__(self) -> None:
         self.key = os.urandom(32)
-        self.header = R.build_header(
-            self.pub.raw, self.pub.hpke_key, R.canonical_meta(self.meta), os.urandom(16), self.key
+        self.header = H.build_header(
+            self.pub.raw, self.pub.hpke_key, H.canonical_meta(self.meta), os.urandom(16), self.key
         )
         self.keys = R.Keys(self.key, self.header)
 

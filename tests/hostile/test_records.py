@@ -8,6 +8,7 @@ import pytest
 import zstandard
 from hostile_kit import Dest, Forge, dentry, dump, fentry, records, roots, summary_of
 
+from lnk.formats import header as H
 from lnk.formats import records as R
 from lnk.payload import manifest as M
 
@@ -116,7 +117,7 @@ def test_lying_zstd_frames(dest: Dest, make: object, match: str) -> None:
 
 def test_a_record_longer_than_the_limit(dest: Dest) -> None:
     f = dest.forge().add_all(_honest(dest)[:2])
-    data = f.bytes() + struct.pack(">I", R.RECORD_MAX + R.RECORD_OVERHEAD + 1) + b"\x00" * 64
+    data = f.bytes() + struct.pack(">I", H.RECORD_MAX + R.RECORD_OVERHEAD + 1) + b"\x00" * 64
     dest.refuse(data, STREAM, r"record 2 declares a length of")
 
 
@@ -187,10 +188,10 @@ def test_metadata_nested_deeply(dest: Dest) -> None:
     meta = {"kind": "lnk-move"}
     f = Forge(dest.pub, meta=meta)
     raw = b"[" * 3000 + b"]" * 1000
-    prefix_len = len(f.header.raw) - R.SEALED_LEN - 2
+    prefix_len = len(f.header.raw) - H.SEALED_LEN - 2
     assert prefix_len >= 70
     # build a header around hostile metadata with the format's own builder
-    h = R.build_header(f.pub.raw, f.pub.hpke_key, raw, b"\x01" * 16, f.key)
+    h = H.build_header(f.pub.raw, f.pub.hpke_key, raw, b"\x01" * 16, f.key)
     f.header = h
     f.keys = R.Keys(f.key, h)
     f.add_all(_honest(dest))

@@ -22,7 +22,7 @@ from transport_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.errors import NotFound, StreamError
-from lnk.formats.stream import StreamReader
+from lnk.formats.reader import StreamReader
 from lnk.payload import manifest as M
 from lnk.payload import receivers
 

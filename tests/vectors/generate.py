@@ -32,6 +32,7 @@ from pathlib import Path
 
 import zstandard
 
+from lnk.formats import header as H
 from lnk.formats import records as R
 from lnk.formats.keys import ReceiverKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter, split_body
@@ -83,7 +84,7 @@ def write_stream(
 def frame(stream: bytes) -> tuple[bytes, list[bytes]]:
     """Split a stream into its header and its records (word ‖ ciphertext each)."""
     meta_len = struct.unpack(">H", stream[68:70])[0]
-    pos = 70 + meta_len + 2 + R.SEALED_LEN
+    pos = 70 + meta_len + 2 + H.SEALED_LEN
     head, recs = stream[:pos], []
     while pos < len(stream):
         length = struct.unpack(">I", stream[pos : pos + 4])[0] & ~R.FINAL_BIT
@@ -96,8 +97,8 @@ def hand_sealed(name: str, plaintexts: list[bytes], final_n: int | None = None) 
     """A stream whose record plaintexts (rtype ‖ codec ‖ payload) are given as-is."""
     draw = rng_for(name)
     sid, k = draw(16), draw(32)
-    meta = R.canonical_meta(META)
-    header = R.build_header(KEY_A.public.raw, KEY_A.public.hpke_key, meta, sid, k)
+    meta = H.canonical_meta(META)
+    header = H.build_header(KEY_A.public.raw, KEY_A.public.hpke_key, meta, sid, k)
     keys = R.Keys(k, header)
     out = [header.raw]
     root = hashlib.sha256()
@@ -316,8 +317,8 @@ def cases() -> list[tuple[str, str, bytes, ReceiverKey, Records | None, str]]:
         base[:85] + b"\xff\xff" + base[87:],
         "sealed_len = 65535",
     )
-    bad("format-3", "format-mismatch", R.MAGIC + b"\x00\x03" + bytes(range(64)), "an older format")
-    bad("format-5", "format-mismatch", R.MAGIC + b"\x00\x05" + bytes(range(64)), "a newer format")
+    bad("format-3", "format-mismatch", H.MAGIC + b"\x00\x03" + bytes(range(64)), "an older format")
+    bad("format-5", "format-mismatch", H.MAGIC + b"\x00\x05" + bytes(range(64)), "a newer format")
     bad("not-lnk-text", "not-lnk", b'{"agent": "not a stream"}\n', "JSON text")
     bad("not-lnk-ssh-banner", "not-lnk", b"SSH-2.0-OpenSSH_9.2\r\n", "an SSH banner")
     bad("not-lnk-zstd", "not-lnk", zstandard.ZstdCompressor().compress(b"x" * 100), "a zstd file")
