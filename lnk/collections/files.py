@@ -11,6 +11,7 @@
 
 Names and keys are percent-encoded (everything but ``A-Za-z0-9_-``), or, when
 that would be long, ``~`` and their SHA-256; the real name is kept inside.
+How names are encoded and files written atomically is ``fileio.py``.
 
 An event is written to a temporary file and then hard-linked to its numbered
 name: link(2) fails if the name exists, so exactly one of any number of racing
@@ -22,8 +23,6 @@ last number is found by galloping and bisecting (O(log n) stat calls).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -44,41 +43,8 @@ from lnk.collections.base import (
     encode_value,
     resolve_now,
 )
+from lnk.collections.fileio import AtomicWrites, decode_name, encode_name, event_file, locked
 from lnk.errors import InvalidInput
-
-_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_MAX_ENCODED = 150
-
-
-def encode_name(name: str) -> str:
-    """A file name for ``name``: never empty, never starting with '.', at most 151 bytes."""
-    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
-    if len(out) > _MAX_ENCODED:
-        return "~" + hashlib.sha256(name.encode()).hexdigest()
-    return out
-
-
-def _decode_name(enc: str) -> str | None:
-    if enc.startswith("~"):
-        return None
-    return bytes(_unquote(enc)).decode()
-
-
-def _unquote(enc: str) -> bytearray:
-    out = bytearray()
-    i = 0
-    while i < len(enc):
-        if enc[i] == "%":
-            out.append(int(enc[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out += enc[i].encode()
-            i += 1
-    return out
-
-
-def _event_file(n: int) -> str:
-    return f"{n:012d}.json"
 
 
 class FileStore(Store):
@@ -97,6 +63,7 @@ class FileStore(Store):
         self.root = Path(root)
         self.fsync = fsync
         self.private = private
+        self._disk = AtomicWrites(fsync, private)
         self.root.mkdir(parents=True, exist_ok=True)
 
     def __repr__(self) -> str:
@@ -106,67 +73,11 @@ class FileStore(Store):
     def _dir(self, cid: CollectionId) -> Path:
         return self.root / cid.kind / encode_name(cid.name)
 
-    def _sync_dir(self, d: Path) -> None:
-        if self.fsync:
-            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-    def _tmp(self, d: Path, data: bytes) -> Path:
-        tmp = d / f".tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            _write_all(fd, data)
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        return tmp
-
-    def _replace(self, path: Path, data: bytes, sync_dir: bool = True) -> None:
-        tmp = self._tmp(path.parent, data)
-        os.replace(tmp, path)
-        if sync_dir:
-            self._sync_dir(path.parent)
-
-    def _publish(self, path: Path, data: bytes) -> bool:
-        """Create ``path`` with ``data`` only if it does not exist (atomically)."""
-        if self.private:
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                return False
-            try:
-                _write_all(fd, data)
-            finally:
-                os.close(fd)
-            return True
-        tmp = self._tmp(path.parent, data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
-        self._sync_dir(path.parent)
-        return True
-
-    @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[None]:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def _ensure(self, cid: CollectionId) -> Path:
         d = self._dir(cid)
         if not (d / ".name").exists():
             d.mkdir(parents=True, exist_ok=True)
-            self._replace(d / ".name", cid.name.encode())
+            self._disk.replace(d / ".name", cid.name.encode())
         return d
 
     def drop(self, cid: CollectionId) -> None:
@@ -180,13 +91,13 @@ class FileStore(Store):
     # ---- logs -------------------------------------------------------------
     def _append_encoded(self, cid: CollectionId, first: int, texts: list[str]) -> int:
         d = self._dir(cid)
-        if not texts or (first > 1 and not (d / _event_file(first - 1)).exists()):
+        if not texts or (first > 1 and not (d / event_file(first - 1)).exists()):
             return 0  # nothing, or a gap
-        if (d / _event_file(first)).exists():
+        if (d / event_file(first)).exists():
             return 0  # taken
         self._ensure(cid)
         for i, text in enumerate(texts):
-            if not self._publish(d / _event_file(first + i), text.encode()):
+            if not self._disk.publish(d / event_file(first + i), text.encode()):
                 return i
         return len(texts)
 
@@ -199,7 +110,7 @@ class FileStore(Store):
         n = start
         while stop is None or n < stop:
             try:
-                data = (d / _event_file(n)).read_bytes()
+                data = (d / event_file(n)).read_bytes()
             except FileNotFoundError:
                 return
             yield Event(n, decode_value(data))
@@ -210,7 +121,7 @@ class FileStore(Store):
         d = self._dir(cid)
 
         def has(n: int) -> bool:
-            return (d / _event_file(n)).exists()
+            return (d / event_file(n)).exists()
 
         lo, step = 0, 1  # invariant: every number <= lo exists (numbers are dense)
         while has(lo + step):
@@ -250,10 +161,10 @@ class FileStore(Store):
         data = json.dumps(
             {"key": key, "value": json.loads(text)}, ensure_ascii=True, separators=(",", ":")
         ).encode()
-        with self._locked(d / ".lock"):
-            self._replace(self._entry(d, key), data, sync_dir=False)
+        with locked(d / ".lock"):
+            self._disk.replace(self._entry(d, key), data, sync_dir=False)
             self._bump(d)
-            self._sync_dir(d)
+            self._disk.sync_dir(d)
 
     @staticmethod
     def _read_entry(path: Path) -> tuple[str, dict[str, Any]] | None:
@@ -275,13 +186,13 @@ class FileStore(Store):
         d = self._dir(cid)
         if not d.is_dir():
             return False
-        with self._locked(d / ".lock"):
+        with locked(d / ".lock"):
             try:
                 os.unlink(self._entry(d, key))
             except FileNotFoundError:
                 return False
             self._bump(d)
-            self._sync_dir(d)
+            self._disk.sync_dir(d)
         return True
 
     def items(self, cid: CollectionId) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -297,7 +208,7 @@ class FileStore(Store):
             return
         keyed: list[tuple[str, str]] = []
         for fname in names:
-            key = _decode_name(fname[:-5])
+            key = decode_name(fname[:-5])
             if key is None:
                 got = self._read_entry(d / fname)
                 if got is None:
@@ -319,10 +230,10 @@ class FileStore(Store):
             for key, text in entries:
                 fname = encode_name(key) + ".json"
                 data = '{"key":' + json.dumps(key, ensure_ascii=True) + ',"value":' + text + "}"
-                os.replace(self._tmp(staging, data.encode()), staging / fname)
+                os.replace(self._disk.write_aside(staging, data.encode()), staging / fname)
                 staged.add(fname)
             d = self._ensure(cid)
-            with self._locked(d / ".lock"):
+            with locked(d / ".lock"):
                 for fname in staged:
                     os.replace(staging / fname, d / fname)
                 for e in os.scandir(d):
@@ -333,7 +244,7 @@ class FileStore(Store):
                     ):
                         os.unlink(e.path)
                 self._bump(d)
-                self._sync_dir(d)
+                self._disk.sync_dir(d)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -381,10 +292,10 @@ class FileStore(Store):
     def _lease_op(self, cid: CollectionId) -> contextlib.AbstractContextManager[None]:
         d = self._dir(self._log(cid))
         d.mkdir(parents=True, exist_ok=True)
-        return self._locked(d / ".turn.lock")
+        return locked(d / ".turn.lock")
 
     def _write_lease(self, cid: CollectionId, lease: Lease) -> None:
-        self._replace(self._lease_path(cid), json.dumps(lease.to_json()).encode())
+        self._disk.replace(self._lease_path(cid), json.dumps(lease.to_json()).encode())
 
     def take_lease(self, cid: CollectionId, holder: str, now_ms: int | None = None) -> Lease | None:
         check_name("lease holder", holder)
@@ -414,11 +325,5 @@ class FileStore(Store):
             if cur is None or cur.holder != holder:
                 return False
             os.unlink(self._lease_path(cid))
-            self._sync_dir(self._lease_path(cid).parent)
+            self._disk.sync_dir(self._lease_path(cid).parent)
             return True
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lnk.collections import CollectionId, FileStore, SqliteStore, copy_collection, open_store
-from lnk.collections.files import encode_name
+from lnk.collections.fileio import encode_name
 from lnk.errors import InvalidInput
 
 CONV = CollectionId("events", "link:main")

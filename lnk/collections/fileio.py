@@ -1,0 +1,131 @@
+"""How the plain-files driver (``files.py``) puts bytes on disk.
+
+File names for collection names and keys: percent-encoded (everything but
+``A-Za-z0-9_-``), or, when that would be long, ``~`` and their SHA-256.
+
+Atomic writes: a file is written aside and then either hard-linked to its
+name (link(2) fails if the name exists, so exactly one of any number of racing
+writers wins, and a reader never sees half a file) or renamed over it; a
+folder is fsynced after a change when the store asks for it; writers of one
+file serialise on a flock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_MAX_ENCODED = 150
+
+
+def encode_name(name: str) -> str:
+    """A file name for ``name``: never empty, never starting with '.', at most 151 bytes."""
+    out = "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+    if len(out) > _MAX_ENCODED:
+        return "~" + hashlib.sha256(name.encode()).hexdigest()
+    return out
+
+
+def decode_name(enc: str) -> str | None:
+    """The name ``encode_name`` encoded, or None where it kept only a hash."""
+    if enc.startswith("~"):
+        return None
+    return bytes(_unquote(enc)).decode()
+
+
+def _unquote(enc: str) -> bytearray:
+    out = bytearray()
+    i = 0
+    while i < len(enc):
+        if enc[i] == "%":
+            out.append(int(enc[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out += enc[i].encode()
+            i += 1
+    return out
+
+
+def event_file(n: int) -> str:
+    return f"{n:012d}.json"
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on ``path`` (created if missing)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class AtomicWrites:
+    """Whole-file writes under one policy: ``fsync`` files and folders or not;
+    ``private`` (one writer and no reader until it is done) creates in place."""
+
+    fsync: bool = True
+    private: bool = False
+
+    def sync_dir(self, d: Path) -> None:
+        if self.fsync:
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def write_aside(self, d: Path, data: bytes) -> Path:
+        """Write ``data`` to a new temporary file in ``d``; return its path."""
+        tmp = d / f".tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            write_all(fd, data)
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+
+    def replace(self, path: Path, data: bytes, sync_dir: bool = True) -> None:
+        tmp = self.write_aside(path.parent, data)
+        os.replace(tmp, path)
+        if sync_dir:
+            self.sync_dir(path.parent)
+
+    def publish(self, path: Path, data: bytes) -> bool:
+        """Create ``path`` with ``data`` only if it does not exist (atomically)."""
+        if self.private:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                return False
+            try:
+                write_all(fd, data)
+            finally:
+                os.close(fd)
+            return True
+        tmp = self.write_aside(path.parent, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        self.sync_dir(path.parent)
+        return True
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
