@@ -4,6 +4,10 @@ A ``Stage`` takes a stream's records in order and builds, inside the
 receiver's folder, the complete new state: ``work/agent/`` (the new Agent/
 folder, collections included), ``work/home/`` (what is added to Home/), and the
 settings and grants.  The destination is not touched; ``commit.py`` applies it.
+
+Its collections are staged by ``stage_collections.py``, and what the stream
+says the receiver holds already by ``stage_held.py``; this module takes the
+records, the file entries and the files' bytes.
 """
 
 from __future__ import annotations
@@ -16,17 +20,15 @@ import sqlite3
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from lnk.collections import CollectionId, Store
 from lnk.errors import Refused, TransportError
 from lnk.payload import manifest as M
 from lnk.payload import safefs
-from lnk.payload.folders import tree_digests
-from lnk.payload.hashcache import HashCache
 from lnk.payload.receivers import Receiver
 from lnk.payload.stage_collections import CollectionStaging
+from lnk.payload.stage_held import HeldStaging
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -48,7 +50,7 @@ def disk_full(e: OSError) -> TransportError:
     )
 
 
-class Stage(CollectionStaging):
+class Stage(HeldStaging, CollectionStaging):
     """Receives one stream's payload into ``<receiver>/work``."""
 
     def __init__(
@@ -260,33 +262,6 @@ class Stage(CollectionStaging):
         if row[1]:
             raise M.bad(f"{path!r} is inside {parent!r}, which the stream says is held here whole")
 
-    def look_at_base(self) -> None:
-        """A stream may say folders of the receiver's base are held here whole: each is
-        checked at use, against what the base holds now.  That walk of the base starts
-        as the stream starts, beside it (the stream mostly waits on the sender)."""
-        info = self.r.info()
-        base, cache = info.get("base_root"), info.get("base_cache")
-        if not base or not cache or self.r.inventory_dirs() == 0:
-            return
-        self.base_pool = ThreadPoolExecutor(1, "lnk-base")
-        self.base_now = self.base_pool.submit(_digests_now, Path(base), Path(cache))
-
-    def base_walked(self) -> tuple[dict[str, str], dict[str, int]] | None:
-        """What the walk of the base beside the stream found (None if it did not run
-        or failed)."""
-        if self.base_now is None:
-            return None
-        try:
-            return self.base_now.result()
-        except Exception:  # the caller walks again
-            return None
-
-    def held_folders(self) -> list[tuple[str, str]]:
-        """The folders this stream says the receiver holds whole: (path, digest)."""
-        return self.db.execute(
-            "SELECT path, sha FROM e WHERE kind='d' AND sha != '' ORDER BY i"
-        ).fetchall()
-
     def staged(self, path: str) -> str:
         """Where an entry of the stream is staged: work/home/… or work/agent/…."""
         if path == "Home":
@@ -294,35 +269,6 @@ class Stage(CollectionStaging):
         if path.startswith("Home/"):
             return f"{self.home_s}/{path[5:]}"
         return f"{self.agent_s}/{path[len('Agent/') :]}"
-
-    def _check_kept(self, e: M.FileEntry) -> None:
-        """A folder said to be held here whole: the receiver's base holds it, with that
-        digest, at that path (as indexed at prepare; checked again at use)."""
-        if self.r.dir_digest(e.path) != e.kept:
-            raise M.bad(
-                f"{e.path!r} is said to be held here whole, but this machine's receiver "
-                "indexed no such folder there"
-            )
-
-    def _resolve_unresolved(self) -> None:
-        for e in self.unresolved:
-            if e.size == 0:
-                if e.sha256 != M.EMPTY_SHA:
-                    raise M.bad(f"{e.path!r} is empty but its SHA-256 is not that of nothing")
-                continue
-            if e.group is not None:
-                first = self.db.execute("SELECT MIN(i) FROM e WHERE grp=?", (e.group,)).fetchone()
-                mine = self.db.execute("SELECT i FROM e WHERE path=?", (e.path,)).fetchone()
-                if first[0] != mine[0]:
-                    continue  # a link to an earlier member of this stream
-            if e.sha256 in self.unsettled:
-                continue  # a bulk's unsettled content: never applied (only bulks have any)
-            if self.r.held(e.sha256) is None:
-                raise M.bad(
-                    f"{e.path!r} carries no bytes and its content is held nowhere "
-                    "here (a link to something outside the stream?)"
-                )
-        self.unresolved = []
 
     def _data(self, view: memoryview) -> None:
         while len(view):
@@ -433,14 +379,6 @@ class Stage(CollectionStaging):
         yield from self.db.execute(
             "SELECT path, kind, mode, size, sha, grp, mtime, placed FROM e ORDER BY i"
         )
-
-
-def _digests_now(base: Path, cache_path: Path) -> tuple[dict[str, str], dict[str, int]]:
-    cache = HashCache(cache_path, readonly=True)
-    try:
-        return tree_digests(base, cache)
-    finally:
-        cache.close()
 
 
 def _write_all(fd: int, data: memoryview) -> None:

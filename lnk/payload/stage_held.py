@@ -1,0 +1,91 @@
+"""Staging what a stream says the receiver holds already: folders of the
+receiver's base held here whole (checked against the base as it is now, walked
+beside the stream), and file content that arrives with no bytes (found in the
+receiver's objects, or a link to an earlier member of the stream).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from lnk.payload import manifest as M
+from lnk.payload.folders import tree_digests
+from lnk.payload.hashcache import HashCache
+from lnk.payload.receivers import Receiver
+
+
+class HeldStaging:
+    """The held part of a ``Stage`` (lnk/payload/staging.py)."""
+
+    r: Receiver
+    db: sqlite3.Connection
+    base_now: Future[tuple[dict[str, str], dict[str, int]]] | None
+    base_pool: ThreadPoolExecutor | None
+    unresolved: list[M.FileEntry]
+    unsettled: set[str]
+
+    def look_at_base(self) -> None:
+        """A stream may say folders of the receiver's base are held here whole: each is
+        checked at use, against what the base holds now.  That walk of the base starts
+        as the stream starts, beside it (the stream mostly waits on the sender)."""
+        info = self.r.info()
+        base, cache = info.get("base_root"), info.get("base_cache")
+        if not base or not cache or self.r.inventory_dirs() == 0:
+            return
+        self.base_pool = ThreadPoolExecutor(1, "lnk-base")
+        self.base_now = self.base_pool.submit(_digests_now, Path(base), Path(cache))
+
+    def base_walked(self) -> tuple[dict[str, str], dict[str, int]] | None:
+        """What the walk of the base beside the stream found (None if it did not run
+        or failed)."""
+        if self.base_now is None:
+            return None
+        try:
+            return self.base_now.result()
+        except Exception:  # the caller walks again
+            return None
+
+    def held_folders(self) -> list[tuple[str, str]]:
+        """The folders this stream says the receiver holds whole: (path, digest)."""
+        return self.db.execute(
+            "SELECT path, sha FROM e WHERE kind='d' AND sha != '' ORDER BY i"
+        ).fetchall()
+
+    def _check_kept(self, e: M.FileEntry) -> None:
+        """A folder said to be held here whole: the receiver's base holds it, with that
+        digest, at that path (as indexed at prepare; checked again at use)."""
+        if self.r.dir_digest(e.path) != e.kept:
+            raise M.bad(
+                f"{e.path!r} is said to be held here whole, but this machine's receiver "
+                "indexed no such folder there"
+            )
+
+    def _resolve_unresolved(self) -> None:
+        for e in self.unresolved:
+            if e.size == 0:
+                if e.sha256 != M.EMPTY_SHA:
+                    raise M.bad(f"{e.path!r} is empty but its SHA-256 is not that of nothing")
+                continue
+            if e.group is not None:
+                first = self.db.execute("SELECT MIN(i) FROM e WHERE grp=?", (e.group,)).fetchone()
+                mine = self.db.execute("SELECT i FROM e WHERE path=?", (e.path,)).fetchone()
+                if first[0] != mine[0]:
+                    continue  # a link to an earlier member of this stream
+            if e.sha256 in self.unsettled:
+                continue  # a bulk's unsettled content: never applied (only bulks have any)
+            if self.r.held(e.sha256) is None:
+                raise M.bad(
+                    f"{e.path!r} carries no bytes and its content is held nowhere "
+                    "here (a link to something outside the stream?)"
+                )
+        self.unresolved = []
+
+
+def _digests_now(base: Path, cache_path: Path) -> tuple[dict[str, str], dict[str, int]]:
+    cache = HashCache(cache_path, readonly=True)
+    try:
+        return tree_digests(base, cache)
+    finally:
+        cache.close()
