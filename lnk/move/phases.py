@@ -18,7 +18,8 @@ from typing import BinaryIO
 from lnk.agents.registry import Agent
 from lnk.formats.keys import PublicKey
 from lnk.payload.inventory import Inventory
-from lnk.payload.send import SendReport, send_agent
+from lnk.payload.send import send_agent
+from lnk.payload.send_files import SendReport
 
 
 def _bulk_file(agent: Agent, recipient: PublicKey) -> Path:

@@ -29,7 +29,7 @@ from transport_helpers import (
 from lnk.agents.layout import Machine
 from lnk.errors import StreamError
 from lnk.payload import reading as R
-from lnk.payload import send as S
+from lnk.payload import send_files as S
 
 
 @pytest.mark.parametrize("rounds", [3])

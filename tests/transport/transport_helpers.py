@@ -35,7 +35,8 @@ from lnk.payload import manifest as M
 from lnk.payload import receivers
 from lnk.payload.inventory import Inventory
 from lnk.payload.receive import ReceiveReport, receive
-from lnk.payload.send import SendReport, send_agent
+from lnk.payload.send import send_agent
+from lnk.payload.send_files import SendReport
 from lnk.payload.walk import FILE_ROOTS
 
 EVENTS = CollectionId("events", "link:main")
