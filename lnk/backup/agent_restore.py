@@ -27,7 +27,15 @@ from lnk.agents.layout import Machine
 from lnk.agents.moved import lives_elsewhere
 from lnk.agents.running import is_running
 from lnk.agents.settings import check_name, new_agent_id
-from lnk.backup import agent as A
+from lnk.backup.agent_repos import open_for_reading, read_layout
+from lnk.backup.agent_snapshots import (
+    SnapshotParts,
+    data_files,
+    next_data,
+    pick_snapshot,
+    read_parts,
+    records_layout2,
+)
 from lnk.backup.reader import Entry, SnapshotReader
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
@@ -78,11 +86,11 @@ def restore_agent(
 
     agent_keys.require_private(agent_keys.load(machine))  # fail before touching the bucket
     bucket = bucket or open_bucket(url)
-    layout = A.read_layout(bucket)  # first: before anything the backup folder holds
-    repo = A.open_for_reading(machine, bucket, url)
-    info = A.pick_snapshot(repo, name, snapshot)
+    layout = read_layout(bucket)  # first: before anything the backup folder holds
+    repo = open_for_reading(machine, bucket, url)
+    info = pick_snapshot(repo, name, snapshot)
     reader = SnapshotReader(repo, info.id)
-    parts = A.read_parts(reader)
+    parts = read_parts(reader)
     try:
         head = M.Head.from_json(parts.head)
         if head.phase != "full":
@@ -99,7 +107,7 @@ def restore_agent(
             unanswered = _refuse_if_elsewhere(machine, head, url)
         kept = _make_room(machine, head, force)
         if layout == 2:
-            records = A.records_layout2(reader, parts, progress)
+            records = records_layout2(reader, parts, progress)
             rep = receive_records(machine, records, stream_id=info.id)
         else:
             with tempfile.TemporaryDirectory(prefix="lnk-restore-") as tmp:
@@ -201,7 +209,7 @@ def _old_path(p: str) -> str | None:
 
 def records_layout1(
     reader: SnapshotReader,
-    parts: A.SnapshotParts,
+    parts: SnapshotParts,
     tmp: Path,
     url: str,
     progress: Callable[[int], None] | None = None,
@@ -215,7 +223,7 @@ def records_layout1(
             f"bucket with your account (lnk bucket label {url}), then restore again",
         )
     yield M.HEAD, M.dump(parts.head)
-    files = A.data_files(reader)
+    files = data_files(reader)
     chats = tmp / "chats"
     chats.mkdir()
     diverted: dict[int, Path] = {}  # hard-link group -> its bytes under chats/
@@ -258,7 +266,7 @@ def records_layout1(
             continue
         data_src: Any = None
         if e.data:
-            data_src = A.next_data(files, e.path)
+            data_src = next_data(files, e.path)
         elif e.group is not None and e.group in diverted and e.group not in carried:
             data_src = diverted[e.group]
         if e.group is not None:
@@ -321,7 +329,7 @@ def _divert(
     target.parent.mkdir(parents=True, exist_ok=True)
     if e.data:
         with open(target, "wb") as f:
-            for chunk in reader.open(A.next_data(files, e.path)):
+            for chunk in reader.open(next_data(files, e.path)):
                 f.write(chunk)
         if e.group is not None:
             diverted.setdefault(e.group, target)

@@ -146,7 +146,7 @@ def schedule_(
 
 
 def _listing(url: str):  # type: ignore[no-untyped-def,unused-ignore]
-    from lnk.backup.agent import open_for_listing
+    from lnk.backup.agent_repos import open_for_listing
 
     return open_for_listing(_machine(), open_bucket(url), url)
 
@@ -156,7 +156,7 @@ def _listing(url: str):  # type: ignore[no-untyped-def,unused-ignore]
 @json_option
 def list_(url: str, as_json: bool) -> None:
     """List the snapshots in a bucket."""
-    from lnk.backup.agent import snapshot_row
+    from lnk.backup.agent_snapshots import snapshot_row
 
     rows = [snapshot_row(s) for s in _listing(url).list_snapshots()]
     if as_json:
@@ -209,7 +209,7 @@ def verify_(url: str, read_data: bool, as_json: bool) -> None:
 @json_option
 def repair_(url: str, as_json: bool) -> None:
     """Read every pack, record the damaged ones, and store again what still opens."""
-    from lnk.backup.agent import repair_repository
+    from lnk.backup.agent_repos import repair_repository
     from lnk.errors import BackupError
 
     rep = repair_repository(_machine(), url)
@@ -361,7 +361,7 @@ def bucket() -> None:
 @json_option
 def label(url: str, as_json: bool) -> None:
     """Label the bucket lnk-layout=2 (with your own account's credentials)."""
-    from lnk.backup.agent import LABEL, LAYOUT, label_bucket
+    from lnk.backup.agent_repos import LABEL, LAYOUT, label_bucket
 
     b = open_bucket(url)
     label_bucket(b)

@@ -22,7 +22,8 @@ from lnkrun import lnk, ok
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.backup.agent import backup_agent, open_for_listing
+from lnk.backup.agent import backup_agent
+from lnk.backup.agent_repos import open_for_listing
 from lnk.backup.agent_restore import restore_agent
 from lnk.transport.buckets import open_bucket
 

@@ -15,7 +15,8 @@ from lnkrun import lnk, ok
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.backup.agent import backup_agent, open_for_listing, open_for_reading
+from lnk.backup.agent import backup_agent
+from lnk.backup.agent_repos import open_for_listing, open_for_reading
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.locks import lock_doc
 from lnk.backup.pack import pack_key

@@ -13,7 +13,8 @@ from servers import MotoServer
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
-from lnk.backup.agent import backup_agent, open_for_writing
+from lnk.backup.agent import backup_agent
+from lnk.backup.agent_repos import open_for_writing
 from lnk.backup.agent_restore import restore_agent
 from lnk.collections import CollectionId, FileStore
 from lnk.errors import Refused
