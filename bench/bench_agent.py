@@ -69,7 +69,7 @@ def bench(sandbox: bool, n: int) -> dict[str, float]:
         from lnk.agents import registry
         from lnk.agents.layout import Machine
         from lnk.harness import client
-        from lnk.runtime.runner import wait_for_endpoint
+        from lnk.runtime.startup import wait_for_endpoint
 
         agent = registry.create(Machine.current(), "bench")
         agent.settings.sandbox = sandbox

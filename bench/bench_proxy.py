@@ -114,7 +114,7 @@ def _cold_start(model: str, server_port: int, tree: str | None = None) -> float:
         from lnk.agents.layout import Machine
         from lnk.agents.settings import ModelSettings
         from lnk.harness import client
-        from lnk.runtime.runner import wait_for_endpoint
+        from lnk.runtime.startup import wait_for_endpoint
 
         ms = ModelSettings()
         if model == "openai":

@@ -15,7 +15,7 @@ import pytest
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.harness.client import read_key
-from lnk.runtime.runner import wait_for_endpoint
+from lnk.runtime.startup import wait_for_endpoint
 
 
 class Running:

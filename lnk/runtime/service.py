@@ -32,6 +32,8 @@ from lnk.harness.client import status as harness_status
 from lnk.logs import tail_lines
 from lnk.protocol import Status
 from lnk.runtime.proxy import last_refusal
+from lnk.runtime.startup import check_grants
+from lnk.sandbox.bwrap import check_bwrap
 from lnk.sandbox.limits import Limits, systemd_properties
 from lnk.text import one_line
 
@@ -69,9 +71,6 @@ def prepare_start(agent: Agent, sandbox: bool | None) -> list[str]:
         s.owner = acct
         agent.save()
     if s.sandbox:
-        from lnk.runtime.runner import check_grants
-        from lnk.sandbox.bwrap import check_bwrap
-
         check_bwrap()
         check_grants(agent)  # a section its sandbox can't enforce refuses the start
     if not is_running(agent) and not ports.block_free(s.port_base, s.port_count):

@@ -12,7 +12,7 @@ import pytest
 from lnk.agents import grants, registry
 from lnk.agents.layout import Machine
 from lnk.runtime.egress import Policy
-from lnk.runtime.runner import proxy_env
+from lnk.runtime.startup import proxy_env
 from lnk.sandbox.bwrap import check_bwrap, sandboxed
 from tests.proxy.conftest import ProxyProcess, Public, connect_through
 
