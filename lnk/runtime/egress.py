@@ -1,7 +1,8 @@
 """Where the agent's proxy lets the agent go: names, addresses and its grants.
 
 :class:`Policy` decides one destination (a host and a port) from the agent's
-grants (:class:`lnk.agents.grants.Spec`):
+grants (:class:`lnk.agents.grants.Spec`); :class:`LivePolicy` keeps one up to
+date with the agent's grants file:
 
 * a name is compared as it is resolved: only an ASCII host name (LDH labels,
   an IDNA name in its ``xn--`` form) or an address literal is taken, so no
@@ -26,14 +27,18 @@ import contextlib
 import ipaddress
 import re
 import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lnk.agents.grants import Spec, host_listed, norm_host
+from lnk.agents.grants import Spec, host_listed, norm_host, read_spec
+from lnk.errors import LnkError
 
 STD_PORTS = (80, 443)
 DENIED_TTL_S = 30.0
+OWN_TTL_S = 10.0  # this machine's addresses are looked up again after this
 
 AddrInfo = tuple[socket.AddressFamily, tuple[str, int] | tuple[str, int, int, int]]
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -237,6 +242,43 @@ class Policy:
         if ok:
             return Decision(True, "allowed", tuple(ok))
         return Decision(False, why)
+
+
+class LivePolicy:
+    """The :class:`Policy` of a grants file as it is now: the file re-read when it
+    changed, this machine's own addresses looked up again every ``OWN_TTL_S``; a file
+    that can't be read lets nothing out (and says so in ``log``)."""
+
+    def __init__(self, grants: Path, log: Callable[[str], None]) -> None:
+        self.grants = grants
+        self._log = log
+        self._lock = threading.Lock()
+        self._policy: Policy | None = None
+        self._stamp: tuple[int, int] | None = None
+        self._own_at = 0.0
+
+    def now(self) -> Policy:
+        try:
+            st = self.grants.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        with self._lock:
+            fresh_own = time.monotonic() - self._own_at > OWN_TTL_S
+            if self._policy is None or stamp != self._stamp or fresh_own:
+                own = own_addresses() if fresh_own or self._policy is None else self._policy.own
+                if fresh_own:
+                    self._own_at = time.monotonic()
+                try:
+                    spec = read_spec(self.grants)
+                except LnkError as e:
+                    self._log(
+                        f"lnk proxy: the agent's grants can't be read ({e.message}); no way out"
+                    )
+                    spec = Spec(hosts=[])
+                self._policy = Policy(spec, own)
+                self._stamp = stamp
+            return self._policy
 
 
 def _unresolved(h: str) -> Decision:

@@ -17,7 +17,7 @@ other ports only as named; the proxy resolves a name itself and refuses this
 machine's addresses and private networks unless a grant names them, then
 connects to the address it checked.  Each connection is one line in the
 agent's log; the last refusal is kept in ``<runtime>/proxy-refused.json`` for
-``lnk agent status``.
+``lnk agent status`` (both ``proxy_log.py``).
 
 Bounded: ``MAX_CONNECTIONS`` at once, a request head of ``MAX_HEAD`` bytes
 read within ``HEAD_TIMEOUT_S``, one buffer per direction per connection.
@@ -26,24 +26,24 @@ read within ``HEAD_TIMEOUT_S``, one buffer per direction per connection.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
+import signal
 import socket
 import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from lnk.agents.grants import Spec, norm_host, read_spec
-from lnk.errors import LnkError, PortsUnavailable
+from lnk.agents.grants import norm_host
+from lnk.errors import PortsUnavailable
 from lnk.runtime import model_route
-from lnk.runtime.egress import Policy, own_addresses
+from lnk.runtime.egress import LivePolicy, Policy
 from lnk.runtime.httphead import BadRequest, Head, parse_head, read_head
+from lnk.runtime.proxy_log import keep_refusal, print_log, refusal, size_text
 from lnk.sandbox.relay import pump
 
 SOCKET_NAME = "proxy.sock"
@@ -77,16 +77,6 @@ def _answer(conn: socket.socket, code: int, reason: str, why: str) -> None:
         conn.sendall(head.encode("ascii") + body)
 
 
-def _size(n: int) -> str:
-    return (
-        f"{n} B"
-        if n < 1024
-        else f"{n / 1024:.1f} KiB"
-        if n < 1 << 20
-        else f"{n / (1 << 20):.1f} MiB"
-    )
-
-
 class AgentProxy:
     """The proxy for one agent (see module doc).
 
@@ -112,43 +102,20 @@ class AgentProxy:
         self.runtime = runtime
         self.model_url = model_url.rstrip("/")
         self.model_key = model_key
-        self._log = log or _print_log
+        self._log = log or print_log
         self._slots = threading.BoundedSemaphore(max_connections)
         self.head_timeout = head_timeout
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._adopted: list[socket.socket] = []
         self._stopping = threading.Event()
-        self._policy_lock = threading.Lock()
-        self._policy: Policy | None = None
-        self._policy_stamp: tuple[int, int] | None = None
-        self._own_at = 0.0
+        self._policy = LivePolicy(grants, self._log)
         self.last_refusal: dict[str, object] | None = None
 
     # -- policy -------------------------------------------------------------
     def policy(self) -> Policy:
         """The agent's grants as they are now (re-read when the file changed)."""
-        try:
-            st = self.grants.stat()
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
-        with self._policy_lock:
-            fresh_own = time.monotonic() - self._own_at > 10.0
-            if self._policy is None or stamp != self._policy_stamp or fresh_own:
-                own = own_addresses() if fresh_own or self._policy is None else self._policy.own
-                if fresh_own:
-                    self._own_at = time.monotonic()
-                try:
-                    spec = read_spec(self.grants)
-                except LnkError as e:
-                    self._log(
-                        f"lnk proxy: the agent's grants can't be read ({e.message}); no way out"
-                    )
-                    spec = Spec(hosts=[])
-                self._policy = Policy(spec, own)
-                self._policy_stamp = stamp
-            return self._policy
+        return self._policy.now()
 
     # -- serving ------------------------------------------------------------
     def start(self) -> None:
@@ -291,17 +258,9 @@ class AgentProxy:
 
     def _refuse(self, client: socket.socket, what: str, why: str, host: str, port: int) -> None:
         self._log(f"lnk proxy: refused {what}: {why}")
-        self.last_refusal = {
-            "at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "host": norm_host(host),
-            "port": port,
-            "why": why,
-        }
+        self.last_refusal = refusal(host, port, why)
         if self.runtime is not None:
-            with contextlib.suppress(OSError):
-                tmp = self.runtime / ".proxy-refused.json.tmp"
-                tmp.write_text(json.dumps(self.last_refusal) + "\n")
-                os.replace(tmp, self.runtime / "proxy-refused.json")
+            keep_refusal(self.runtime, self.last_refusal)
         _answer(client, 403, "Forbidden", f"refused by the agent's proxy: {why}")
 
     def _dial(self, client: socket.socket, what: str, host: str, port: int) -> socket.socket | None:
@@ -359,7 +318,7 @@ class AgentProxy:
         finally:
             up.close()
         self._log(
-            f"lnk proxy: allowed {what}: sent {_size(counter[0])}, received {_size(counter[1])}"
+            f"lnk proxy: allowed {what}: sent {size_text(counter[0])}, received {size_text(counter[1])}"
         )
 
     def _model(self, client: socket.socket, head: Head, rest: bytes, deadline: float) -> None:
@@ -399,33 +358,12 @@ class AgentProxy:
             conn.close()
         self._log(
             f"lnk proxy: allowed {what}{' (key added)' if key else ''}: "
-            f"sent {_size(counter[0])}, received {_size(counter[1])}"
+            f"sent {size_text(counter[0])}, received {size_text(counter[1])}"
         )
-
-
-_log_lock = threading.Lock()
-
-
-def _print_log(msg: str) -> None:
-    stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
-    with _log_lock:
-        sys.stdout.write(f"{stamp} {msg}\n")
-        sys.stdout.flush()
-
-
-def last_refusal(runtime: Path) -> dict[str, object] | None:
-    """The last connection the agent's proxy refused, if any."""
-    try:
-        data = json.loads((runtime / "proxy-refused.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lnk.runtime.proxy SOCKET GRANTS [RUNTIME]``: a proxy alone, until SIGTERM."""
-    import signal
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3):
         print("usage: python -m lnk.runtime.proxy SOCKET GRANTS [RUNTIME]", file=sys.stderr)
@@ -435,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     proxy.start()
-    _print_log(f"lnk proxy: listening on {args[0]}")
+    print_log(f"lnk proxy: listening on {args[0]}")
     done.wait()
     proxy.stop()
     return 0

@@ -31,7 +31,7 @@ from lnk.errors import AgentNotRunning
 from lnk.harness.client import status as harness_status
 from lnk.logs import tail_lines
 from lnk.protocol import Status
-from lnk.runtime.proxy import last_refusal
+from lnk.runtime.proxy_log import last_refusal
 from lnk.runtime.startup import check_grants
 from lnk.sandbox.bwrap import check_bwrap
 from lnk.sandbox.limits import Limits, systemd_properties
