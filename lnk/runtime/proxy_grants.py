@@ -15,7 +15,8 @@ from typing import Any
 from lnk.agents import grants, secrets
 from lnk.agents.registry import Agent
 from lnk.errors import Refused, UsageError
-from lnk.sandbox import bwrap, limits
+from lnk.sandbox import limits
+from lnk.sandbox.files import file_grants
 
 AT_ONCE = ("host", "tcp", "port", "lan-host")
 
@@ -42,9 +43,9 @@ def change(agent: Agent, changes: list[tuple[str, str]], *, allow: bool) -> list
     if agent.settings.sandbox:
         if allow:  # a new grant of a folder names one that exists
             new = {f: [v for g, v in changes if g == f] for f in ("read", "write")}
-            bwrap.file_grants(agent, new["read"], new["write"])
+            file_grants(agent, new["read"], new["write"])
         # and the file as a whole is one the sandbox can hold (never what it hides)
-        bwrap.file_grants(agent, spec.read, spec.write, strict=False)
+        file_grants(agent, spec.read, spec.write, strict=False)
     grants.write_spec(path, spec)
     when = (
         "at once (the proxy re-reads them)"

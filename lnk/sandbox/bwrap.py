@@ -11,7 +11,8 @@ The sandbox's shape (see ``docs/harness.md``):
 * the agent's folders at their own paths: ``Home/`` and ``Agent/chats``,
   ``memory``, ``schedule`` writable; ``Agent/instructions``, ``skills`` and
   ``Config/`` read-only (an agent can't widen its own grants).  Nothing else
-  of HOME: not ``~/.config/lnk``, ``~/.lnk``, ``~/.ssh`` nor other agents;
+  of HOME: not ``~/.config/lnk``, ``~/.lnk``, ``~/.ssh`` nor other agents,
+  but what its ``[files]`` grants show (:mod:`lnk.sandbox.files`);
 * ``/run/lnk/key`` and ``/run/lnk/harness.json`` read-only (the endpoint key
   and the harness's config) and ``/run/lnk/net`` = ``~/.lnk/agents/.net/<id>``,
   where the harness serves its endpoint on a unix socket;
@@ -40,8 +41,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lnk
-from lnk.errors import Refused, SandboxUnavailable
+from lnk.errors import SandboxUnavailable
 from lnk.sandbox import seccomp
+from lnk.sandbox.files import file_grants, under
 
 if TYPE_CHECKING:
     from lnk.agents.registry import Agent
@@ -56,28 +58,6 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 RW_AGENT_DIRS = ("chats", "memory", "schedule")
 RO_AGENT_DIRS = ("instructions", "skills")
 PROXY_SOCKET = "proxy.sock"
-# what the layout hides of HOME, whatever a [files] grant says: lnk's and other programs'
-# keys and credentials
-HIDDEN_IN_HOME = (
-    ".config",
-    ".ssh",
-    ".lnk",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".docker",
-    ".kube",
-    ".password-store",
-    ".local/share/keyrings",
-    ".netrc",
-    ".pgpass",
-    ".git-credentials",
-    ".npmrc",
-    ".pypirc",
-    ".my.cnf",
-    "Link/Agents",
-)
-SYSTEM_ONLY = ("/proc", "/sys", "/dev", "/run", "/etc")
 # the parts of /etc a program needs: names, certificates, libraries, locales, terminals
 ETC_SHOWN = (
     "alternatives",
@@ -165,10 +145,6 @@ def check_bwrap(path: str | None = None) -> str:
     return bwrap
 
 
-def _under(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def package_dir() -> Path:
     """The ``lnk`` package's own folder (an editable install's is in its checkout)."""
     return Path(lnk.__file__).resolve().parent
@@ -185,7 +161,7 @@ def python_paths() -> list[str]:
         os.path.realpath(sys.base_prefix),
         str(package_dir()),
     ):
-        if p and os.path.isdir(p) and not _under(p, ["/usr", *out]):
+        if p and os.path.isdir(p) and not under(p, ["/usr", *out]):
             out.append(p)
     return out
 
@@ -194,7 +170,7 @@ def sandbox_python() -> str:
     """This Python as the sandbox can run it: its own path where the sandbox shows that
     (a virtualenv's, under its prefix), else the program it links to."""
     exe = sys.executable
-    if _under(exe, ["/usr", *python_paths()]):
+    if under(exe, ["/usr", *python_paths()]):
         return exe
     return os.path.realpath(exe)
 
@@ -211,84 +187,6 @@ def sandbox_env(agent: Agent, extra: dict[str, str] | None = None) -> dict[str, 
     }
     env.update(extra or {})
     return env
-
-
-def _hidden(agent: Agent) -> list[str]:
-    home = agent.machine.home
-    return [os.path.realpath(home / h) for h in HIDDEN_IN_HOME]
-
-
-def _refuse_path(agent: Agent, flag: str, given: str, why: str) -> Refused:
-    return Refused(
-        f"the agent {agent.name}'s grant --{flag} {given} {why}",
-        hint="a grant never shows what the sandbox hides; if the agent's file holds it, "
-        f"take it out: lnk agent deny --agent {agent.name} --{flag} {given}",
-    )
-
-
-def file_grants(
-    agent: Agent, read: list[str], write: list[str], *, strict: bool = True
-) -> tuple[list[str], list[str], list[str]]:
-    """``[files]`` grants as bwrap arguments: (outside the agent's folders, covers, inside Home).
-
-    A path is one of the agent's Home (``work``, ``.``), or yours (``~/x``,
-    ``/x``).  Never widened: a grant at or under what the layout hides
-    (``~/.config``, ``~/.ssh``, ``~/.lnk``, the agents' folders, ...) or a
-    system mount is refused, and what a wider grant holds of the hidden
-    paths is covered with an empty tmpfs.  A later grant of a path wins (a
-    ``--write`` over a ``--read``).
-
-    ``strict`` (``lnk agent allow``) refuses a path that doesn't exist; at a
-    start a missing folder of the agent's Home is made, and a missing one of
-    yours shows nothing (there is nothing to show, so nothing is widened).
-    """
-    home = os.path.realpath(agent.folders.home)
-    hidden = _hidden(agent)
-    outside_binds: list[tuple[str, str, str]] = []
-    inside_binds: list[tuple[str, str, str]] = []
-    covers: list[str] = []
-    for flag, paths in (("read", read), ("write", write)):
-        opt = "--ro-bind" if flag == "read" else "--bind"
-        for given in paths:
-            if given.startswith("~"):
-                path = str(agent.machine.home) + given[1:]
-            elif given.startswith("/"):
-                path = given
-            else:
-                path = os.path.join(agent.folders.home, given)
-            real = os.path.realpath(path)
-            in_home = _under(real, [home])
-            if not given.startswith(("~", "/")) and not in_home:
-                raise _refuse_path(agent, flag, given, "leads out of the agent's Home")
-            if real == "/" or _under(real, list(SYSTEM_ONLY)):
-                raise _refuse_path(agent, flag, given, "names a system folder the sandbox makes")
-            if not in_home and _under(real, hidden):
-                raise _refuse_path(
-                    agent, flag, given, "is under what the sandbox hides (~/.ssh, ~/.config, ...)"
-                )
-            if not os.path.exists(real):
-                if strict:
-                    raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
-                if not in_home:
-                    continue
-                os.makedirs(real, exist_ok=True)  # the agent's own folder, as granted
-            dest = path if given.startswith(("~", "/")) else real
-            (inside_binds if in_home else outside_binds).append((opt, real, dest))
-            for h in hidden:
-                if _under(h, [real]) and h != real and os.path.lexists(h) and h not in covers:
-                    covers.append(h)
-    cover_args: list[str] = []
-    for h in covers:
-        # a folder is covered by an empty one, anything else by an empty file
-        cover_args += ["--tmpfs", h] if os.path.isdir(h) else ["--ro-bind", "/dev/null", h]
-    # a folder before what's in it, so a grant inside a wider one holds (sorted is stable:
-    # of one path, the --write, given after the --read, wins)
-    outside: list[str] = []
-    inside: list[str] = []
-    for binds, args in ((outside_binds, outside), (inside_binds, inside)):
-        for opt, real, dest in sorted(binds, key=lambda b: len(Path(b[2]).parts)):
-            args += [opt, real, dest]
-    return outside, cover_args, inside
 
 
 def _etc_args() -> list[str]:

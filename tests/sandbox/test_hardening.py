@@ -21,6 +21,7 @@ from lnk.agents import grants, registry
 from lnk.agents.layout import Machine
 from lnk.sandbox import bwrap, limits
 from lnk.sandbox.bwrap import check_bwrap, sandboxed
+from lnk.sandbox.files import file_grants
 
 NOBODY = 65534
 
@@ -121,7 +122,7 @@ def test_etc_holds_no_secret_of_the_machine(agent: registry.Agent) -> None:
     assert users == ["agent", "nobody"] and p.stdout.rstrip().endswith("certs")
     # a grant can't bring /etc back
     with pytest.raises(Exception, match="system folder"):
-        bwrap.file_grants(agent, ["/etc/shadow"], [])
+        file_grants(agent, ["/etc/shadow"], [])
 
 
 SYSCALLS = r"""
