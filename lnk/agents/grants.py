@@ -1,4 +1,5 @@
-"""The agent's grants (``Config/sandbox.toml``) and what a stream may carry of them.
+"""The agent's grants (``Config/sandbox.toml``): read, checked, changed and written
+through one table.
 
 The file is a sandbox spec in the agent's own terms:
 
@@ -13,10 +14,8 @@ The file is a sandbox spec in the agent's own terms:
     [commands]  allow = ["git", "/usr/bin/x", "*"]
     [limits]    memory = "4G", processes = 1024, files = 4096   (unset: this machine's defaults)
 
-A stream is written by the machine the agent leaves, so the machine receiving
-it decides: of the stream's grants, the wide ones are dropped and named as the
-``lnk agent allow`` flags that would give them here.  A harness's grants never
-come from a stream.
+What a stream may carry of them is :mod:`lnk.agents.policy`'s (the machine
+receiving it decides).  A harness's grants never come from a stream.
 """
 
 from __future__ import annotations
@@ -48,15 +47,6 @@ KNOWN_SECTIONS = {
 MAX_GRANTS_BYTES = 64 * 1024
 
 
-@dataclass
-class Filtered:
-    grants: dict[str, Any]
-    dropped: list[str] = field(default_factory=list)  # as lnk agent allow flags
-
-    def to_toml(self) -> str:
-        return tomli_w.dumps(self.grants)
-
-
 def parse(text: str, where: str = "sandbox.toml") -> dict[str, Any]:
     if len(text.encode()) > MAX_GRANTS_BYTES:
         raise InvalidInput(
@@ -68,68 +58,6 @@ def parse(text: str, where: str = "sandbox.toml") -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise InvalidInput(f"{where} is not valid TOML: {e}", hint="fix the file by hand") from e
     return data
-
-
-def _strs(value: Any) -> list[str]:
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if value is None:
-        return []
-    return [str(value)]
-
-
-def _wide_path(p: str) -> bool:
-    return p == "~" or p.startswith(("~", "/")) or ".." in p.split("/")
-
-
-def filter_from_stream(text: str) -> Filtered:
-    """Keep what a stream may grant here; name what was dropped."""
-    data = parse(text, "the stream's grants")
-    kept: dict[str, Any] = {}
-    dropped: list[str] = []
-    for section, body in data.items():
-        if section not in KNOWN_SECTIONS or not isinstance(body, dict):
-            dropped.append(f"[{section}] (not a section this lnk knows)")
-            continue
-        if section == "files":
-            out: dict[str, list[str]] = {}
-            for mode in ("read", "write"):
-                for p in _strs(body.get(mode)):
-                    if _wide_path(p):
-                        dropped.append(f"--{mode} {p!r}")
-                    else:
-                        out.setdefault(mode, []).append(p)
-            if out:
-                kept["files"] = out
-        elif section == "network":
-            mode = body.get("mode", "proxy")
-            if mode != "proxy":
-                dropped.append(f"--network-mode {mode}")
-        elif section == "internet":
-            kept["internet"] = {"hosts": _strs(body.get("hosts", ["*"]))}
-        elif section == "lan":
-            dropped += [f"--lan-host {h}" for h in _strs(body.get("hosts"))]
-        elif section == "ports":
-            dropped += [f"--port {p}" for p in _strs(body.get("allow"))]
-        elif section == "browser":
-            if body.get("host"):
-                dropped.append(f"--browser-host {body['host']}")
-        elif section == "tcp":
-            dropped += [f"--tcp {e}" for e in _strs(body.get("endpoints"))]
-        elif section == "tools":
-            dropped += [f"--tool {t}" for t in _strs(body.get("outside"))]
-        elif section == "limits":
-            dropped += [f"--{_LIMIT_FLAGS.get(k, k)} {v}" for k, v in body.items()]
-        elif section == "commands":
-            keep = []
-            for c in _strs(body.get("allow")):
-                if "/" in c or c == "*" or "*" in c:
-                    dropped.append(f"--command {c}")
-                else:
-                    keep.append(c)
-            if keep:
-                kept["commands"] = {"allow": keep}
-    return Filtered(kept, dropped)
 
 
 # ---------------------------------------------------------------------------
@@ -165,7 +93,6 @@ TABLE: tuple[Field, ...] = (
     Field("limits", "processes", "processes", "processes", "count", True),
     Field("limits", "files", "open-files", "files", "count", True),
 )
-_LIMIT_FLAGS = {f.key: f.flag for f in TABLE if f.section == "limits"}
 BY_FLAG = {f.flag: f for f in TABLE}
 NETWORK_MODES = ("proxy", "host")
 _HOST_RE = re.compile(r"^(\*|(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|[0-9a-f:.]+)$")

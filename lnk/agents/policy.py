@@ -31,7 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lnk.agents.grants import MAX_GRANTS_BYTES, filter_from_stream, parse
+import tomli_w
+
+from lnk.agents.grants import KNOWN_SECTIONS, MAX_GRANTS_BYTES, parse
+from lnk.agents.grants import TABLE as GRANT_FIELDS
 from lnk.agents.layout import Machine
 from lnk.agents.settings import ModelSettings, Settings, write_toml_atomic
 from lnk.errors import InvalidInput
@@ -173,6 +176,81 @@ def model_for_arrival(
     if old is not None and old != mover and answers(old):
         return old
     return mover or old or ModelSettings()
+
+
+# ---- the stream's grants, minus the wide ones --------------------------------------
+_LIMIT_FLAGS = {f.key: f.flag for f in GRANT_FIELDS if f.section == "limits"}
+
+
+@dataclass
+class Filtered:
+    grants: dict[str, Any]
+    dropped: list[str] = field(default_factory=list)  # as lnk agent allow flags
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.grants)
+
+
+def _strs(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if value is None:
+        return []
+    return [str(value)]
+
+
+def _wide_path(p: str) -> bool:
+    return p == "~" or p.startswith(("~", "/")) or ".." in p.split("/")
+
+
+def filter_from_stream(text: str) -> Filtered:
+    """Keep what a stream may grant here; name what was dropped."""
+    data = parse(text, "the stream's grants")
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    for section, body in data.items():
+        if section not in KNOWN_SECTIONS or not isinstance(body, dict):
+            dropped.append(f"[{section}] (not a section this lnk knows)")
+            continue
+        if section == "files":
+            out: dict[str, list[str]] = {}
+            for mode in ("read", "write"):
+                for p in _strs(body.get(mode)):
+                    if _wide_path(p):
+                        dropped.append(f"--{mode} {p!r}")
+                    else:
+                        out.setdefault(mode, []).append(p)
+            if out:
+                kept["files"] = out
+        elif section == "network":
+            mode = body.get("mode", "proxy")
+            if mode != "proxy":
+                dropped.append(f"--network-mode {mode}")
+        elif section == "internet":
+            kept["internet"] = {"hosts": _strs(body.get("hosts", ["*"]))}
+        elif section == "lan":
+            dropped += [f"--lan-host {h}" for h in _strs(body.get("hosts"))]
+        elif section == "ports":
+            dropped += [f"--port {p}" for p in _strs(body.get("allow"))]
+        elif section == "browser":
+            if body.get("host"):
+                dropped.append(f"--browser-host {body['host']}")
+        elif section == "tcp":
+            dropped += [f"--tcp {e}" for e in _strs(body.get("endpoints"))]
+        elif section == "tools":
+            dropped += [f"--tool {t}" for t in _strs(body.get("outside"))]
+        elif section == "limits":
+            dropped += [f"--{_LIMIT_FLAGS.get(k, k)} {v}" for k, v in body.items()]
+        elif section == "commands":
+            keep = []
+            for c in _strs(body.get("allow")):
+                if "/" in c or c == "*" or "*" in c:
+                    dropped.append(f"--command {c}")
+                else:
+                    keep.append(c)
+            if keep:
+                kept["commands"] = {"allow": keep}
+    return Filtered(kept, dropped)
 
 
 # ---- deciding ----------------------------------------------------------------------

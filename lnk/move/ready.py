@@ -85,7 +85,7 @@ def check_grants(
     else:
         text = ends.src.run(["agent", "show", "--agent", where.name, "--grants"]).stdout
         spec = grants.spec_from_data(
-            grants.filter_from_stream(text.decode("utf-8", "replace")).grants, "the grants"
+            policy.filter_from_stream(text.decode("utf-8", "replace")).grants, "the grants"
         )
     held = set(prep.enforces)
     bad = [

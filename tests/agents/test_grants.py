@@ -9,8 +9,8 @@ import pytest
 
 from lnk.agents import grants as g
 from lnk.agents import registry
-from lnk.agents.grants import filter_from_stream
 from lnk.agents.layout import Machine
+from lnk.agents.policy import filter_from_stream
 from lnk.errors import InvalidInput
 from tests.lnkrun import lnk
 
@@ -98,7 +98,7 @@ def test_limits_are_set_by_allow_shown_and_never_taken_from_a_stream(home: Path)
         assert q.code != 0 and q.err.startswith("lnk: error: ") and "Traceback" not in q.err, q.err
     assert lnk("agent", "deny", "--memory", "512M").code == 0
     assert g.read_spec(a.folders.sandbox_toml).memory == ""
-    kept = g.filter_from_stream('[limits]\nmemory = "1T"\nprocesses = 100000\n')
+    kept = filter_from_stream('[limits]\nmemory = "1T"\nprocesses = 100000\n')
     assert "limits" not in kept.grants
     assert kept.dropped == ["--memory 1T", "--processes 100000"]
     hand = a.folders.sandbox_toml
