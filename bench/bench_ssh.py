@@ -5,7 +5,7 @@ bytes from hostA to hostB in several ways and prints a table of bytes/s:
 
 * plain OpenSSH in a shell pipe (``ssh hostA ... | ssh hostB ...``), default
   cipher and aes128-gcm;
-* ``lnk.transport.legs.pipe`` (the two ssh processes share one OS pipe, fd to
+* ``lnk.transport.pipes.pipe`` (the two ssh processes share one OS pipe, fd to
   fd), both ciphers;
 * the same two SshLeg processes with the bytes copied through Python, to show
   what the fd-to-fd relay saves.
@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from hosts import Hosts, running_hosts
 
-from lnk.transport.legs import SshLeg, pipe
+from lnk.transport.legs import SshLeg
+from lnk.transport.pipes import pipe
 
 GCM = "aes128-gcm@openssh.com"
 

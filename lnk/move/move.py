@@ -35,7 +35,8 @@ from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
 from lnk.places.where import HERE, Whereabouts, place_leg, where_is
 from lnk.protocol import BackupSchedule, Prepared, ReceiveReport
-from lnk.transport.legs import Leg, pipe
+from lnk.transport.legs import Leg
+from lnk.transport.pipes import pipe
 
 __all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
 

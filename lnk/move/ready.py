@@ -34,7 +34,7 @@ from lnk.move.journal import Entry
 from lnk.move.steps import Ends
 from lnk.places.where import Whereabouts
 from lnk.protocol import BackupSchedule, Prepared, ScheduleAnswer, SecretNames
-from lnk.transport.legs import pipe
+from lnk.transport.pipes import pipe
 
 Ask = Callable[[str], str | None]  # a question on the terminal; None: there is none
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lnk.errors import Interrupted
-from lnk.transport.legs import LegProcess
+from lnk.transport.process import LegProcess
 
 
 class Guard:

@@ -19,7 +19,9 @@ from lnk.move.journal import Entry
 from lnk.move.signals import guard
 from lnk.protocol import Left, Prepared, ProtocolError, ReceiveReport, Status, decode
 from lnk.transport.errorline import error_line
-from lnk.transport.legs import MAX_ANSWER, SSH_FAILED, Leg, read_bounded, settle
+from lnk.transport.legs import SSH_FAILED, Leg
+from lnk.transport.pipes import settle
+from lnk.transport.process import MAX_ANSWER, read_bounded
 
 Say = Callable[[str], None]
 

@@ -14,20 +14,20 @@ end is a :class:`Leg`:
   ``env HOME=/x python3 -m lnk``.  It is a command-line prefix for the remote
   shell and is not quoted; the arguments after it always are.
 
-:func:`relay` connects one leg's stdout straight to another's stdin: the two
-child processes share a pipe, and no byte passes through Python.
+A command a leg starts runs as a :class:`lnk.transport.process.LegProcess`;
+:func:`lnk.transport.pipes.pipe` connects one leg's stdout straight to
+another's stdin: the two child processes share a pipe, and no byte passes
+through Python.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,17 +35,11 @@ from typing import IO, Any
 
 from lnk.errors import InvalidInput, LnkError, TransportError
 from lnk.protocol import A, decode
-from lnk.transport.errorline import PROTOCOL_ARGS, error_line, last_line, remote_error
+from lnk.transport.errorline import PROTOCOL_ARGS, last_line, remote_error
+from lnk.transport.process import MAX_ANSWER, LegProcess, Stdin, Stdout, feed, read_bounded
 
 SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
-
-_STDERR_TAIL = 8192
-MAX_ANSWER = 8 << 20
-"""The most a box's answer on stdout may hold (its JSON); more is refused, not read."""
-
-Stdin = bytes | IO[Any] | int | None
-Stdout = IO[Any] | int | None
 
 
 @dataclass
@@ -56,119 +50,6 @@ class LegResult:
     returncode: int
     stdout: bytes
     stderr: bytes
-
-
-class LegProcess:
-    """A running command at a leg: ``stdin``/``stdout`` as given, stderr kept.
-
-    stderr goes to a temporary file (so a chatty command can never block on a
-    full pipe, and memory stays bounded); :meth:`wait` reads only its tail.
-    """
-
-    def __init__(
-        self,
-        leg: Leg,
-        args: list[str],
-        argv: list[str],
-        env: dict[str, str] | None,
-        stdin: IO[Any] | int | None,
-        stdout: Stdout,
-    ) -> None:
-        self.leg = leg
-        self.args = args
-        self._errfile = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        try:
-            self.proc = subprocess.Popen(
-                argv, env=env, stdin=stdin, stdout=stdout, stderr=self._errfile
-            )
-        except FileNotFoundError as e:
-            self._errfile.close()
-            raise leg.launch_failed(argv[0]) from e
-        except BaseException:
-            self._errfile.close()
-            raise
-        self.stdin = self.proc.stdin
-        self.stdout = self.proc.stdout
-        self.pid = self.proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.returncode
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def kill(self) -> None:
-        self.proc.kill()
-
-    def terminate(self) -> None:
-        self.proc.terminate()
-
-    def read_answer(self, limit: int = 0, timeout: float | None = None) -> bytes:
-        """The command's whole stdout (at most ``limit`` bytes, default :data:`MAX_ANSWER`),
-        then its exit; TransportError past either bound (the command is killed)."""
-        assert self.stdout is not None
-        got: list[bytes] = []
-        failed: list[BaseException] = []
-
-        def read() -> None:
-            try:
-                assert self.stdout is not None
-                got.append(read_bounded(self.stdout, limit or MAX_ANSWER, self.leg.name))
-            except BaseException as e:
-                failed.append(e)
-
-        t = threading.Thread(target=read, daemon=True)
-        t.start()
-        t.join(timeout)
-        if t.is_alive() or failed:
-            self.kill()
-            t.join()
-            if failed and isinstance(failed[0], LnkError):
-                raise failed[0]
-            raise TransportError(
-                f"{self.leg.name} did not answer within {timeout or 0:.0f} s",
-                hint="check that it answers: lnk box list names each box, and lnk box run NAME -- "
-                "version asks one",
-            )
-        self.proc.wait(timeout=timeout)
-        return got[0]
-
-    def stderr_text(self) -> str:
-        """The last few KiB the command wrote on stderr."""
-        f = self._errfile
-        if f.closed:
-            return ""
-        f.flush()
-        size = f.seek(0, os.SEEK_END)
-        f.seek(max(0, size - _STDERR_TAIL))
-        return f.read().decode("utf-8", "replace")
-
-    def wait(self, check: bool = True, timeout: float | None = None) -> int:
-        """Wait for the end; with ``check`` a failure raises (see :meth:`Leg.check`)."""
-        if self.proc.stdin and not self.proc.stdin.closed:
-            with contextlib.suppress(BrokenPipeError):
-                self.proc.stdin.close()
-        code = self.proc.wait(timeout=timeout)
-        if check:
-            self.leg.check(code, self.stderr_text())
-        return code
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            if f and not f.closed:
-                with contextlib.suppress(BrokenPipeError):
-                    f.close()
-        self._errfile.close()
-
-    def __enter__(self) -> LegProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Leg:
@@ -290,7 +171,7 @@ class Leg:
         with LegProcess(self, args, argv, self.env(), pipe_in, subprocess.PIPE) as p:
             feeder = None
             if data is not None:
-                feeder = threading.Thread(target=_feed, args=(p.stdin, data), daemon=True)
+                feeder = threading.Thread(target=feed, args=(p.stdin, data), daemon=True)
                 feeder.start()
             assert p.stdout is not None
             so = read_bounded(p.stdout, MAX_ANSWER, self.name)
@@ -301,27 +182,6 @@ class Leg:
         if check:
             self.check(code, se)
         return LegResult(args, code, so, se.encode())
-
-
-def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
-    if pipe is None:
-        return
-    with contextlib.suppress(OSError):
-        pipe.write(data)
-    with contextlib.suppress(OSError):
-        pipe.close()
-
-
-def read_bounded(f: IO[bytes], limit: int, where: str) -> bytes:
-    """All of ``f`` if it holds at most ``limit`` bytes; else TransportError (nothing more
-    is read)."""
-    data = f.read(limit + 1)
-    if len(data) > limit:
-        raise TransportError(
-            f"{where} answered more than {limit >> 20} MiB, which no answer of lnk's is",
-            hint=f"check the lnk installed on {where} (lnk box add installs this one)",
-        )
-    return data
 
 
 class LocalLeg(Leg):
@@ -430,92 +290,3 @@ class SshLeg(Leg):
             f"cannot reach box {self.name}: the ssh program {program!r} was not found",
             hint="install OpenSSH's client, or set LNK_SSH_COMMAND",
         )
-
-
-@dataclass
-class RelayResult:
-    source_code: int
-    sink_code: int
-
-
-def pipe(
-    src: Leg,
-    src_cmd: Sequence[str] | str,
-    dst: Leg,
-    dst_cmd: Sequence[str] | str,
-    *,
-    check: bool = True,
-) -> RelayResult:
-    """Stream ``src``'s stdout into ``dst``'s stdin, fd to fd, and wait for both.
-
-    A command is a list (``lnk`` arguments) or a string (a shell line).  This
-    computer only relays: the two children share one OS pipe, so the bytes
-    never enter Python.  With ``check`` a failure raises the error of the end
-    that failed *first*: a sender that fails ("Home/x changed while it was
-    read") makes its receiver fail too ("the stream was cut short"), and a
-    receiver that fails ("disk full") breaks its sender's pipe; the first is
-    the cause, the second only its echo.
-    """
-    a = _start(src, src_cmd, subprocess.DEVNULL, subprocess.PIPE)
-    try:
-        assert a.stdout is not None
-        b = _start(dst, dst_cmd, a.stdout, subprocess.DEVNULL)
-    except BaseException:
-        a.close()
-        raise
-    a.stdout.close()  # only the two children hold the pipe now
-    with a, b:
-        code_a, code_b, err = settle(src, a, dst, b)
-    if check and err is not None:
-        raise err
-    return RelayResult(code_a, code_b)
-
-
-def settle(src: Leg, a: LegProcess, dst: Leg, b: LegProcess) -> tuple[int, int, LnkError | None]:
-    """Wait for both ends of a pipe: their exit codes and the error to raise, if any.
-
-    A sender that fails makes its receiver fail ("cut short") and a receiver that
-    fails breaks its sender's pipe: the end that failed first is the cause, and
-    its own error is the one given.  An end that told its error (the protocol's
-    JSON line) outranks one that died without a word.
-    """
-    ended: dict[str, float] = {}
-    try:
-        code_a, code_b = _wait_both(a, b, ended)
-    except BaseException:
-        a.kill()
-        b.kill()
-        raise
-    order = [(src, code_a, a), (dst, code_b, b)]
-    if ended.get("b", 0.0) < ended.get("a", 0.0):
-        order.reverse()
-    failed = [(leg, code, p) for leg, code, p in order if code != 0]
-    told = [f for f in failed if error_line(f[2].stderr_text()) is not None]
-    for leg, code, p in told or failed:
-        try:
-            leg.check(code, p.stderr_text())
-        except LnkError as e:
-            return code_a, code_b, e
-    return code_a, code_b, None
-
-
-def _wait_both(a: LegProcess, b: LegProcess, ended: dict[str, float]) -> tuple[int, int]:
-    """Wait for both ends, noting when each ended."""
-
-    def watch(key: str, p: LegProcess) -> None:
-        p.proc.wait()
-        ended[key] = time.monotonic()
-
-    t = threading.Thread(target=watch, args=("a", a), daemon=True)
-    t.start()
-    code_b = b.wait(check=False)
-    ended.setdefault("b", time.monotonic())
-    code_a = a.wait(check=False)
-    t.join()
-    return code_a, code_b
-
-
-def _start(leg: Leg, cmd: Sequence[str] | str, stdin: Stdin, stdout: Stdout) -> LegProcess:
-    if isinstance(cmd, str):
-        return leg.popen_shell(cmd, stdin=stdin, stdout=stdout)
-    return leg.popen(cmd, stdin=stdin, stdout=stdout)

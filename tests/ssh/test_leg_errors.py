@@ -11,7 +11,8 @@ import pytest
 
 from lnk.errors import InvalidInput, LnkError, NotFound, StreamError, TransportError
 from lnk.transport.errorline import error_line, remote_error
-from lnk.transport.legs import LocalLeg, pipe
+from lnk.transport.legs import LocalLeg
+from lnk.transport.pipes import pipe
 
 
 def _lnk(*args: str) -> subprocess.CompletedProcess[str]:

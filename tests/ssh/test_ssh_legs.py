@@ -17,7 +17,8 @@ from lnk import __version__
 from lnk.errors import InvalidInput, LnkError, NotFound, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.transport.errorline import error_line
-from lnk.transport.legs import Leg, SshLeg, pipe
+from lnk.transport.legs import Leg, SshLeg
+from lnk.transport.pipes import pipe
 
 SIZE = 64 << 20
 CHUNK = 1 << 20
