@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk.agents.layout import Machine
+from lnk.agents.machine import now as clock
 from lnk.errors import Refused
 from lnk.fsutil import rmtree
 
@@ -76,8 +77,6 @@ def lives_elsewhere(machine: Machine, agent_id: str) -> str | None:
 
 def purge_expired(machine: Machine, now: float | None = None) -> list[str]:
     """Delete moved agents' kept folders whose time is up."""
-    from lnk.agents.machine import now as clock
-
     now = clock() if now is None else now
     gone: list[str] = []
     d = notes_dir(machine)

@@ -8,9 +8,12 @@ harness writes.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from pathlib import Path
 
-from lnk.collections import Store, open_store
+from lnk.collections import SqliteStore, Store, open_store
 
 SQLITE_NAME = "store.sqlite"
 
@@ -26,14 +29,10 @@ def clone_chats(src_chats: Path, dst_chats: Path, driver: str) -> None:
     renamed or linked into place), so its events can be hard-linked; SQLite is
     copied through its online backup API.
     """
-    import os
-
     if driver == "sqlite":
         src = src_chats / SQLITE_NAME
         dst_chats.mkdir(parents=True, exist_ok=True)
         if src.exists():
-            from lnk.collections import SqliteStore
-
             s = SqliteStore(src)
             try:
                 s.backup_to(dst_chats / SQLITE_NAME)
@@ -52,9 +51,6 @@ def clone_chats(src_chats: Path, dst_chats: Path, driver: str) -> None:
 
 def log_tails(chats_dir: Path, driver: str) -> dict[str, list[object]]:
     """Each log's last number and the SHA-256 of its last event: what a sender may build on."""
-    import hashlib
-    import json
-
     out: dict[str, list[object]] = {}
     if not store_path(chats_dir, driver).exists():
         return out

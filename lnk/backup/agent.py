@@ -22,6 +22,7 @@ from lnk.backup.agent_repos import LABEL, LAYOUT, label_bucket, open_with_keys
 from lnk.backup.agent_snapshots import ENTRIES, HEAD, SPOOL, SUMMARY
 from lnk.backup.filecache import ChunkCache
 from lnk.backup.maintenance import PruneReport, check_keep, prune
+from lnk.backup.schedule import parse_keep, record_result
 from lnk.backup.writer import SnapshotWriter
 from lnk.errors import LnkError, Refused
 from lnk.payload import manifest as M
@@ -154,8 +155,6 @@ def run_backup(
     """``lnk agent backup``: parse the retention ``keep`` (``daily=7,...``), back up,
     prune with it, and record the run's result for ``lnk agent status`` (a failure
     too, then re-raised)."""
-    from lnk.backup.schedule import parse_keep, record_result
-
     rules = parse_keep(keep)
     try:
         rep = backup_agent(machine, agent, url, progress=progress, keep=rules)

@@ -27,6 +27,7 @@ from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
 from lnk.backup.file_reads import FileSaver
 from lnk.backup.filecache import ChunkCache, DirCache, DirRow
+from lnk.collections.ids import FORMAT_VERSION
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
 from lnk.payload.folders import collapse
@@ -326,8 +327,6 @@ class FilesBackup:
 def add_collections(w: Any, agent: Agent, chunks: ChunkCache) -> tuple[int, int]:
     """Each collection's export as collections/<n>.jsonl; (collections, records).  One
     whose store watermark is unchanged since the last backup is not exported again."""
-    from lnk.collections.ids import FORMAT_VERSION
-
     s = agent.settings
     store = open_agent_store(agent.folders.chats, s.store, s.lapse_s)
     collections = records = 0

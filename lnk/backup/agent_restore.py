@@ -27,6 +27,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.moved import lives_elsewhere
 from lnk.agents.running import is_running
 from lnk.agents.settings import check_name, new_agent_id
+from lnk.backup import agent_keys
 from lnk.backup.agent_repos import open_for_reading, read_layout
 from lnk.backup.agent_snapshots import (
     SnapshotParts,
@@ -40,6 +41,7 @@ from lnk.backup.reader import Entry, SnapshotReader
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
 from lnk.payload import manifest as M
+from lnk.payload.receive import receive_records
 from lnk.places.where import agents_on_boxes
 from lnk.transport.buckets import Bucket, open_bucket
 
@@ -81,9 +83,6 @@ def restore_agent(
     An agent has one copy: a restore of one whose ID lives elsewhere (it moved
     away, this computer moved it to a box, or a box holds it) is refused.
     """
-    from lnk.backup import agent_keys
-    from lnk.payload.receive import receive_records
-
     agent_keys.require_private(agent_keys.load(machine))  # fail before touching the bucket
     bucket = bucket or open_bucket(url)
     layout = read_layout(bucket)  # first: before anything the backup folder holds

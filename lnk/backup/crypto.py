@@ -41,9 +41,7 @@ def seal_to(public: keys.PublicKey, plaintext: bytes, info: bytes) -> bytes:
     fn = getattr(keys, "hpke_seal", None)
     if fn is not None:
         return bytes(fn(public, plaintext, info))
-    from lnk.formats.keys import SUITE
-
-    return bytes(SUITE.encrypt(plaintext, public.hpke_key, info))
+    return bytes(keys.SUITE.encrypt(plaintext, public.hpke_key, info))
 
 
 def open_with(receiver: keys.ReceiverKey, ciphertext: bytes, info: bytes) -> bytes:
@@ -52,9 +50,7 @@ def open_with(receiver: keys.ReceiverKey, ciphertext: bytes, info: bytes) -> byt
     try:
         if fn is not None:
             return bytes(fn(receiver, ciphertext, info))
-        from lnk.formats.keys import SUITE
-
-        return bytes(SUITE.decrypt(ciphertext, receiver.hpke_private, info))
+        return bytes(keys.SUITE.decrypt(ciphertext, receiver.hpke_private, info))
     except BackupError:
         raise
     except Exception as e:

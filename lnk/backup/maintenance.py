@@ -15,7 +15,9 @@ from typing import Any
 
 from lnk.backup.locks import holder_gone
 from lnk.backup.pack import pack_key
+from lnk.backup.reader import SnapshotReader
 from lnk.backup.repository import BlobRef, Repository, SnapshotInfo
+from lnk.backup.writer import SnapshotWriter
 from lnk.errors import InvalidInput, LnkError, NotFound
 
 RULES = ("last", "hourly", "daily", "weekly", "monthly", "yearly")
@@ -166,9 +168,6 @@ def repair(repo: Repository) -> RepairReport:
     still opens (each blob authenticates on its own: one flipped byte loses one
     blob, not the pack).  What is lost stays a problem until a backup of its source
     stores it again."""
-    from lnk.backup.reader import SnapshotReader
-    from lnk.backup.writer import SnapshotWriter
-
     first = verify(repo, read_data=True)
     report = RepairReport(first, damaged=list(first.damaged))
     damaged = repo.damaged_packs()

@@ -84,7 +84,9 @@ def call(
     port: int, key: bytes, method: str, path: str, body: dict[str, Any] | None, timeout: float
 ) -> Any:
     """One proved request: the proof, then (only if it verifies) the keyed request."""
-    from lnk.bridges.proof import new_challenge, verify_endpoint_proof
+    # not at the top: lnk.bridges loads its asyncio server too, ~40 ms that every `lnk agent`
+    # command would pay (runtime.service imports this module)
+    from lnk.bridges.proof import new_challenge, verify_endpoint_proof  # noqa: PLC0415 (start-up)
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:

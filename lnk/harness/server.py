@@ -27,6 +27,7 @@ from typing import Any
 
 from lnk import logs
 from lnk.agents.stores import open_agent_store
+from lnk.bridges.proof import endpoint_proof
 from lnk.errors import InvalidInput, LnkError
 from lnk.harness.model import make_model
 from lnk.harness.turns import Busy, Conversations
@@ -177,8 +178,6 @@ class Handler(BaseHTTPRequestHandler):
             self._error(404, f"no such route {self.path}")
 
     def _proof(self) -> None:
-        from lnk.bridges.proof import endpoint_proof
-
         body = self._body()
         if body is None:
             return

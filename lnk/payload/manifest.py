@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lnk.agents.grants import MAX_GRANTS_BYTES
-from lnk.errors import InvalidInput, StreamError
+from lnk.agents.settings import ID_RE, OWNER_RE, check_name
+from lnk.errors import FormatMismatch, InvalidInput, StreamError
 from lnk.formats.header import FORMAT
 
 MANIFEST_NAME = f"lnk-move-{FORMAT}.json"
@@ -259,8 +260,6 @@ class Head:
             raise bad("the manifest is not an object")
         name = d.get("manifest")
         if name != MANIFEST_NAME:
-            from lnk.errors import FormatMismatch
-
             raise FormatMismatch(
                 f"the stream's manifest is {str(name)[:60]!r}; this lnk reads {MANIFEST_NAME}",
                 hint="the two ends speak different stream formats: upgrade the older lnk",
@@ -268,8 +267,6 @@ class Head:
         agent = d.get("agent")
         if not isinstance(agent, dict):
             raise bad("the manifest names no agent")
-        from lnk.agents.settings import ID_RE, OWNER_RE, check_name
-
         aid, owner, aname = agent.get("id"), agent.get("owner"), agent.get("name")
         if not isinstance(aid, str) or not ID_RE.match(aid):
             raise bad("the manifest's agent ID is invalid")

@@ -23,11 +23,12 @@ from lnk.agents.layout import Machine
 from lnk.agents.machine import account_owner
 from lnk.agents.registry import Agent, find_by_id, taken_blocks
 from lnk.agents.running import is_running
-from lnk.agents.settings import ModelSettings, Settings, migrate
+from lnk.agents.settings import ModelSettings, Settings, migrate, write_toml_atomic
 from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportError
 from lnk.formats.reader import StreamReader
 from lnk.payload import commit, kept, safefs
 from lnk.payload import manifest as M
+from lnk.payload.hashcache import HashCache
 from lnk.payload.receivers import Receiver, open_receiver, prepare
 from lnk.payload.staging import Stage, disk_full
 
@@ -298,8 +299,6 @@ def _commit(
         head, existing, machine, stage.store_driver or "files", mover_grants, model
     )
     work = stage.work
-    from lnk.agents.settings import write_toml_atomic
-
     write_toml_atomic(work / "settings.toml", arrival.settings.to_toml())
     if arrival.grants is not None:
         (work / "sandbox.toml").write_text(arrival.grants)
@@ -376,8 +375,6 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: 
     Only a file that is there as written (same size) is remembered, keyed by its stat
     now, so anything that changes it later is hashed again.
     """
-    from lnk.payload.hashcache import HashCache
-
     skip = {f"Home/{p}" for p in skipped}
     root = str(agent_root)
     cache = HashCache(cache_path)

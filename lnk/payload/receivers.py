@@ -21,9 +21,11 @@ from typing import Any
 
 from lnk.agents.layout import Machine
 from lnk.agents.machine import now as clock
+from lnk.agents.moved import notes_dir
 from lnk.agents.moved import purge_expired as purge_moved
-from lnk.agents.registry import find_by_id
-from lnk.errors import InvalidInput, NotFound, Refused
+from lnk.agents.registry import find, find_by_id
+from lnk.agents.stores import detect_driver, log_tails
+from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
 from lnk.payload.hashcache import HashCache
@@ -154,8 +156,6 @@ class Receiver:
         inv.dirs = dirs
         base = base_chats(self)
         if base is not None:
-            from lnk.agents.stores import log_tails
-
             inv.logs = log_tails(*base)
         return inv
 
@@ -224,13 +224,9 @@ def purge_expired(machine: Machine) -> list[str]:
 
 def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> bool:
     """Refuse at once a receive that would clash; True if the agent lives here already."""
-    from lnk.agents.registry import find
-
     existing = find_by_id(machine, agent_id) if agent_id else None
     if name is not None and existing is None and machine.settings_file(name).exists():
         other = find(machine, name)
-        from lnk.errors import AlreadyExists
-
         raise AlreadyExists(
             f"another agent named {name!r} ({other.id}) already lives here",
             hint=f"remove or rename it there first (lnk agent remove {name})",
@@ -276,9 +272,6 @@ def prepare(
 def _base_for(machine: Machine, agent_id: str) -> tuple[Path, str, Path] | None:
     """What this machine holds of the agent: its live copy, or, for a move back, the
     folders it left behind (~/Link/Moved/...), whose content then isn't sent again."""
-    from lnk.agents.moved import notes_dir
-    from lnk.agents.stores import detect_driver
-
     agent = find_by_id(machine, agent_id)
     if agent is not None:
         return agent.folders.root, agent.settings.store, agent.runtime / "hashes.sqlite"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk.agents.stores import clone_chats, open_agent_store, store_path
-from lnk.collections import CollectionId, FileStore, Store
+from lnk.collections import CollectionId, FileStore, Store, copy_collection, open_store
 from lnk.errors import InvalidInput
 from lnk.payload import manifest as M
 from lnk.payload.receivers import Receiver, base_chats
@@ -111,8 +111,6 @@ class CollectionStaging:
                     self.store.drop(cid)
 
     def _copy_across(self, src: Path, src_driver: str, dst: Path, driver: str) -> None:
-        from lnk.collections import copy_collection, open_store
-
         s = open_store(src_driver, store_path(src, src_driver))
         d = open_agent_store(dst, driver)
         try:

@@ -21,7 +21,7 @@ from typing import Any
 from lnk.agents import registry
 from lnk.agents.grants import Spec, read_spec, unenforceable
 from lnk.errors import AgentNotRunning, Refused
-from lnk.runtime.proxy import MODEL_PREFIX
+from lnk.runtime import model_route
 
 READY_TIMEOUT_S = 30.0
 
@@ -79,7 +79,7 @@ def harness_config(agent: registry.Agent, sandboxed: bool) -> dict[str, Any]:
     model = asdict(s.model)
     if sandboxed and s.model.provider == "openai" and s.model.base_url:
         # the harness speaks plain HTTP to its proxy, which adds the key outside
-        model["proxy_url"] = f"http://127.0.0.1:{proxy_port(agent)}{MODEL_PREFIX}"
+        model["proxy_url"] = f"http://127.0.0.1:{proxy_port(agent)}{model_route.PREFIX}"
     return {
         "id": s.id,
         "name": s.name,

@@ -28,11 +28,13 @@ def main(argv: list[str] | None = None) -> int:
             os.execvp(args[3], args[3:])
         finally:
             os._exit(127)
-    import contextlib
-    import signal
-    from pathlib import Path
+    # imported only now, after the fork: the harness starts before this process pays for them
+    import contextlib  # noqa: PLC0415 (after the fork)
+    import signal  # noqa: PLC0415 (after the fork)
+    from pathlib import Path  # noqa: PLC0415 (after the fork)
 
-    from lnk.sandbox.relay import TcpToUnixRelay, hand_over
+    from lnk.errors import LnkError  # noqa: PLC0415 (after the fork)
+    from lnk.sandbox.relay import TcpToUnixRelay, hand_over  # noqa: PLC0415 (after the fork)
 
     def forward(signum: int, frame: object) -> None:
         with contextlib.suppress(OSError):
@@ -40,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    from lnk.errors import LnkError
-
     relay = TcpToUnixRelay(int(args[0]), Path(args[1]), max_connections=128)
     try:
         relay.start(listen_only=True)

@@ -103,7 +103,7 @@ HINT = "install libseccomp (apt-get install libseccomp2) and pip's pyseccomp"
 def compiled() -> bytes:
     """The filter as BPF bytes, for this machine's architecture (compiled once)."""
     try:
-        import pyseccomp as sc  # here, not at the top: Linux only (a Mac never loads it)
+        import pyseccomp as sc  # noqa: PLC0415 (Linux only; a missing libseccomp is refused here)
     except (ImportError, OSError) as e:
         raise SandboxUnavailable(
             f"the sandbox's system call filter can't be made: {e}", hint=HINT

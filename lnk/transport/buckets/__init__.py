@@ -11,6 +11,9 @@ from urllib.parse import unquote, urlsplit
 
 from lnk.errors import UsageError
 from lnk.transport.buckets.base import Bucket, ObjectInfo
+from lnk.transport.buckets.gcs import GCSBucket
+from lnk.transport.buckets.local import LocalBucket
+from lnk.transport.buckets.s3 import S3Bucket
 
 __all__ = ["Bucket", "ObjectInfo", "open_bucket"]
 
@@ -29,11 +32,7 @@ def open_bucket(url: str) -> Bucket:
             raise UsageError(f"no bucket name in {url!r}", hint=f"write it as {_FORMS}")
         prefix = parts.path.strip("/")
         if scheme == "s3":
-            from lnk.transport.buckets.s3 import S3Bucket
-
             return S3Bucket(parts.netloc, prefix)
-        from lnk.transport.buckets.gcs import GCSBucket
-
         return GCSBucket(parts.netloc, prefix)
     if scheme == "file":
         path = unquote(parts.path)
@@ -42,7 +41,5 @@ def open_bucket(url: str) -> Bucket:
                 f"a file URL needs an absolute path: {url!r}",
                 hint="write it as file:///absolute/path (three slashes)",
             )
-        from lnk.transport.buckets.local import LocalBucket
-
         return LocalBucket(path)
     raise UsageError(f"unsupported bucket URL {url!r}", hint=f"write it as {_FORMS}")

@@ -28,11 +28,11 @@ class GCSBucket(CloudBucket):
     @property
     def client(self) -> Any:
         if self._client is None:
-            from google.cloud import storage
+            from google.cloud import storage  # noqa: PLC0415 (heavy: only for a gs:// bucket)
 
             try:
                 if os.environ.get("STORAGE_EMULATOR_HOST"):
-                    from google.auth.credentials import AnonymousCredentials
+                    from google.auth.credentials import AnonymousCredentials  # noqa: PLC0415 (heavy: only for a gs:// bucket)
 
                     self._client = storage.Client(
                         project=os.environ.get("GOOGLE_CLOUD_PROJECT", "test"),
@@ -48,8 +48,8 @@ class GCSBucket(CloudBucket):
         return self.client.bucket(self.bucket).blob(join_prefix(self.prefix, check_key(key)))
 
     def _fail(self, e: Exception, what: str, permission: str) -> NoReturn:
-        from google.api_core import exceptions as gexc
-        from google.auth import exceptions as aexc
+        from google.api_core import exceptions as gexc  # noqa: PLC0415 (heavy: only for a gs:// bucket)
+        from google.auth import exceptions as aexc  # noqa: PLC0415 (heavy: only for a gs:// bucket)
 
         if isinstance(e, gexc.NotFound):
             raise NotFound(f"{what}: not found in {self.url}") from e
@@ -113,7 +113,7 @@ class GCSBucket(CloudBucket):
         try:
             blob.delete()
         except Exception as e:
-            from google.api_core import exceptions as gexc
+            from google.api_core import exceptions as gexc  # noqa: PLC0415 (heavy: only for a gs:// bucket)
 
             if isinstance(e, gexc.NotFound) and not self._bucket_missing():
                 return

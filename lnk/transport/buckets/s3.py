@@ -33,8 +33,8 @@ class S3Bucket(CloudBucket):
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
+            import boto3  # noqa: PLC0415 (heavy: only for an s3:// bucket)
+            from botocore.config import Config  # noqa: PLC0415 (heavy: only for an s3:// bucket)
 
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
             style = "path" if endpoint else "auto"
@@ -51,7 +51,7 @@ class S3Bucket(CloudBucket):
         return join_prefix(self.prefix, check_key(key))
 
     def _fail(self, e: Exception, what: str, permission: str) -> NoReturn:
-        from botocore.exceptions import (
+        from botocore.exceptions import (  # noqa: PLC0415 (heavy: only for an s3:// bucket)
             ClientError,
             EndpointConnectionError,
             NoCredentialsError,
