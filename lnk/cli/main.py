@@ -30,7 +30,16 @@ def cli(errors: str) -> None:
 
 def _register() -> None:
     # Imported here, not at the top, so `lnk --version` and the exit point load little.
-    from lnk.cli import agent, backup, box, demo, move, permissions, state  # noqa: F401 - move, permissions and state add to agent
+    from lnk.cli import (  # noqa: F401 - backup_repo adds to backup; move, permissions, state to agent
+        agent,
+        backup,
+        backup_repo,
+        box,
+        demo,
+        move,
+        permissions,
+        state,
+    )
 
     cli.add_command(agent.agent)
     cli.add_command(backup.bucket)

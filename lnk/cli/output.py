@@ -68,3 +68,13 @@ class _Silent:
 
     def __exit__(self, *a: object) -> None:
         pass
+
+
+def size_text(n: int) -> str:
+    """A number of bytes for a person: 512 B, 1.5 KiB, 3.2 MiB, 1.0 GiB."""
+    f = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if f < 1024 or unit == "GiB":
+            return f"{f:.0f} {unit}" if unit == "B" else f"{f:.1f} {unit}"
+        f /= 1024
+    return str(n)
