@@ -20,7 +20,9 @@ def test_demo_runs_sandboxed_end_to_end(tmp_path: Path) -> None:
     assert list((tmp_path / "demo/box/Link/Moved").iterdir())
     # and the demo ends with its agent on one machine: b let go of its restored copy
     holders = [
-        m for m in ("a", "b", "box") if (tmp_path / f"demo/{m}/.config/lnk/agents/demo.toml").exists()
+        m
+        for m in ("a", "b", "box")
+        if (tmp_path / f"demo/{m}/.config/lnk/agents/demo.toml").exists()
     ]
     assert holders == ["a"]
     assert not (tmp_path / "demo/b/Link/Agents/demo").exists()
