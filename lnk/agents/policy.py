@@ -261,17 +261,18 @@ def arrive(
     here: Settings | None,
     mover_grants: str | None,
     model: ModelSettings | None = None,
+    told: bool = False,
 ) -> Arrival:
     """The settings and grants an arriving agent gets here.
 
     ``stream`` is the stream's settings (validated), ``here`` the live copy's if the
     agent lives here, ``mover_grants`` what the computer running the move sent, and
     ``model`` the model decided at the prepare (:func:`model_for_arrival`; without
-    one, as that decides it with no mover's word and no probe).
+    one, as that decides it with no mover's word and no probe), ``told`` whether the
+    mover named it (and heard then which the agent would think with).
     """
     old = _remembered(machine, stream.id) if here is None else {}
     sandbox = here.sandbox if here is not None else bool(old.get("sandbox", True))
-    decided = model is not None  # at the prepare, said to the mover then
     if model is None:
         model = model_for_arrival(
             machine, stream.id, here.model if here else None, None, lambda m: True
@@ -288,7 +289,7 @@ def arrive(
                 "restore": f"lnk agent start --no-sandbox --agent {name}",
             }
         )
-    if stream.model != model and not decided:
+    if stream.model != model and not told:  # a mover that named the model heard it then
         kept.append(
             {
                 "setting": "model",

@@ -43,7 +43,11 @@ def prepare_here(
         mover_model,
         models.answers,
     )
-    r = receivers.prepare(machine, agent_id, mover_grants, model=asdict(model))
+    # the model, decided now; a mover that named one was told it, so the stream's is not
+    # reported as "kept" at the commit
+    r = receivers.prepare(
+        machine, agent_id, mover_grants, model=asdict(model) | {"told": mover_model is not None}
+    )
     key = models.key_place(machine, agent_id, model) if agent_id else "none"
     return Prepared(
         receiver=r.rid,

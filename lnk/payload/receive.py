@@ -115,6 +115,7 @@ def _settings_here(
     store: str,
     mover_grants: str | None,
     model: ModelSettings | None,
+    told: bool,
 ) -> policy.Arrival:
     """The receiving machine decides, the stream informs (lnk.agents.policy)."""
     try:
@@ -130,7 +131,7 @@ def _settings_here(
         s.port_base = ports.allocate(s.name, s.harness, taken_blocks(machine))
     here = existing.settings if existing is not None else None
     try:
-        return policy.arrive(machine, s, head.grants, here, mover_grants, model)
+        return policy.arrive(machine, s, head.grants, here, mover_grants, model, told)
     except RecursionError:
         raise M.bad("the stream's grants are nested too deeply") from None
 
@@ -295,8 +296,9 @@ def _commit(
     mover_grants = mover_grants if isinstance(mover_grants, str) else None
     decided = r.info().get("model")  # the model decided at the prepare, if one was
     model = policy.model_settings(decided) if isinstance(decided, dict) else None
+    told = isinstance(decided, dict) and decided.get("told") is True
     arrival = _settings_here(
-        head, existing, machine, stage.store_driver or "files", mover_grants, model
+        head, existing, machine, stage.store_driver or "files", mover_grants, model, told
     )
     work = stage.work
     write_toml_atomic(work / "settings.toml", arrival.settings.to_toml())

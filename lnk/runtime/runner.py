@@ -226,7 +226,10 @@ class Runner:
             f"starting agent {self.agent.name} ({self.agent.id}), "
             f"{'sandboxed' if self.sandboxed else 'WITHOUT a sandbox'}: {' '.join(cmd.argv)}"
         )
-        self.proc = cmd.popen(stdin=subprocess.DEVNULL)
+        # sandboxed, bubblewrap starts with a bare environment (LAUNCH_ENV); unsandboxed, the
+        # harness gets this one (it reads the model's key variable itself, as ever)
+        env = None if self.sandboxed else dict(os.environ)
+        self.proc = cmd.popen(stdin=subprocess.DEVNULL, **({} if env is None else {"env": env}))
         if not self.wait_ready():
             if self.stopping.is_set():
                 return
