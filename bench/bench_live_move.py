@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any
 
 HERE_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE_DIR.parent / "tests" / "transport"))
+sys.path.insert(0, str(HERE_DIR.parent / "tests" / "payload"))
 sys.path.insert(0, str(HERE_DIR.parent / "tests"))
 sys.path.insert(0, str(HERE_DIR))
 
 from bench_move import BOX, Bench, med, rsync_peer, wire  # noqa: E402
 from gen_agent import generate  # noqa: E402
 from hosts import running_hosts  # noqa: E402
-from transport_helpers import files_but_writer_db, start_writer, writer_rows  # noqa: E402
+from payload_helpers import files_but_writer_db, start_writer, writer_rows  # noqa: E402
 
 from lnk.agents import registry  # noqa: E402
 from lnk.agents.layout import Machine  # noqa: E402

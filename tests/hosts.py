@@ -337,3 +337,24 @@ def run_lnk(*args: str, env: dict[str, str], stdin: bytes = b"") -> tuple[int, s
         [sys.executable, "-m", "lnk", *args], env=env, input=stdin, capture_output=True, timeout=300
     )
     return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def reset_homes(hosts: Hosts) -> None:
+    """Each host as it was made: its agents stopped, its HOME emptied (a test's boxes,
+    an lnk it installed in ~/.local, its keys), so tests share one set of hosts."""
+    for h in hosts.hosts.values():
+        for pidfile in (h.home / ".lnk" / "agents").glob("*/runner.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                pid = int(pidfile.read_text().strip())
+                if b"lnk.runtime.runner" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if h.home.is_dir():
+            for child in h.home.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)

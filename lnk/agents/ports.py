@@ -8,6 +8,7 @@ block below 32768 before it starts anything.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Iterable
@@ -18,6 +19,27 @@ BLOCK = 4
 FIRST = 20000
 LIMIT = 32768  # the kernel hands out ephemeral ports above this
 DEFAULT_PORTS = {"builtin": 18700}
+
+
+def _test_offset() -> int:
+    """Under lnk's own test suite alone (``LNK_TESTING=1``), each parallel test worker's
+    agents take their ports ``LNK_TEST_PORT_OFFSET`` higher, so two workers' agents never
+    race for one block."""
+    if os.environ.get("LNK_TESTING") != "1":
+        return 0
+    v = os.environ.get("LNK_TEST_PORT_OFFSET", "")
+    return int(v) if v.isdigit() and int(v) < 8000 else 0
+
+
+def first() -> int:
+    """The first port of the blocks agents other than ``main`` are given."""
+    return FIRST + _test_offset()
+
+
+def default_base(harness: str) -> int | None:
+    """``main``'s block for this harness: the harness's own default ports."""
+    base = DEFAULT_PORTS.get(harness)
+    return None if base is None else base + _test_offset()
 
 
 def port_free(port: int) -> bool:
@@ -48,11 +70,10 @@ def _overlaps(base: int, count: int, taken: Iterable[tuple[int, int]]) -> bool:
 
 def allocate(name: str, harness: str, taken: list[tuple[int, int]], count: int = BLOCK) -> int:
     """A base port for a new agent: main gets the harness default."""
-    if name == "main" and harness in DEFAULT_PORTS:
-        base = DEFAULT_PORTS[harness]
-        if not _overlaps(base, count, taken):
-            return base
-    base = FIRST
+    main_base = default_base(harness) if name == "main" else None
+    if main_base is not None and not _overlaps(main_base, count, taken):
+        return main_base
+    base = first()
     while base + count <= LIMIT:
         if not _overlaps(base, count, taken) and block_free(base, count):
             return base

@@ -142,16 +142,16 @@ def test_create_is_atomic_when_settings_cannot_be_written(home: Path) -> None:
 def test_main_keeps_default_ports_others_from_20000(home: Path) -> None:
     m = Machine(home)
     main = registry.create(m, "main")
-    assert main.settings.port_base == ports.DEFAULT_PORTS["builtin"]
+    assert main.settings.port_base == ports.default_base("builtin")
     a = registry.create(m, "a")
     b = registry.create(m, "b")
-    assert a.settings.port_base >= ports.FIRST
+    assert a.settings.port_base >= ports.first()
     assert b.settings.port_base >= a.settings.port_base + ports.BLOCK
 
 
 def test_allocation_skips_ports_held_by_a_program(home: Path) -> None:
     held = socket.socket()
-    for port in range(ports.FIRST, ports.FIRST + 400, ports.BLOCK):
+    for port in range(ports.first(), ports.first() + 400, ports.BLOCK):
         try:
             held.bind(("127.0.0.1", port))
             break
@@ -160,7 +160,7 @@ def test_allocation_skips_ports_held_by_a_program(home: Path) -> None:
     held.listen()
     try:
         # everything below the held block counts as other agents' blocks
-        taken = [(ports.FIRST, port - ports.FIRST)] if port > ports.FIRST else []
+        taken = [(ports.first(), port - ports.first())] if port > ports.first() else []
         base = ports.allocate("x", "builtin", taken)
         assert base == port + ports.BLOCK
         assert not ports.block_free(port, ports.BLOCK)

@@ -1,24 +1,19 @@
-"""Backup fixtures: a repository bucket on a local folder and on moto S3."""
+"""Backup fixtures: a repository bucket on a local folder and on moto S3; for an agent's
+backups, two machines and a fresh bucket on each real backend (a local folder, moto S3,
+the GCS emulator, Ceph radosgw: the root conftest's session servers)."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from backup_helpers import CountingBucket
-from servers import MotoServer
+from servers import GcsEmulator, MotoServer, RadosGateway
 
+from lnk.agents.layout import Machine
 from lnk.formats.keys import ReceiverKey
 from lnk.transport.buckets import open_bucket
-
-
-@pytest.fixture(scope="session")
-def backup_moto() -> Iterator[MotoServer]:
-    server = MotoServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -29,7 +24,7 @@ def bucket(
         root = tmp_path / "repo"
         root.mkdir()
         return CountingBucket(open_bucket(f"file://{root}"))
-    server: MotoServer = request.getfixturevalue("backup_moto")
+    server: MotoServer = request.getfixturevalue("moto")
     server.env(monkeypatch)
     name = f"lnk-backup-{secrets.token_hex(6)}"
     server.client().create_bucket(Bucket=name)
@@ -39,3 +34,55 @@ def bucket(
 @pytest.fixture
 def owner() -> ReceiverKey:
     return ReceiverKey.generate()
+
+
+# ---- an agent's backups: two machines, a fresh bucket on each real backend ----
+BACKENDS = ["local", "s3", "gcs", "rgw"]
+
+
+def _name() -> str:
+    return f"lnk-bk-{secrets.token_hex(6)}"
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "local":
+        root = tmp_path / "bucket"
+        root.mkdir()
+        return f"file://{root}"
+    if request.param == "s3":
+        moto: MotoServer = request.getfixturevalue("moto")
+        moto.env(monkeypatch)
+        name = _name()
+        moto.client().create_bucket(Bucket=name)
+        return f"s3://{name}/agents"
+    if request.param == "rgw":
+        rgw: RadosGateway = request.getfixturevalue("radosgw")
+        rgw.env(monkeypatch)
+        name = _name()
+        rgw.client().create_bucket(Bucket=name)
+        return f"s3://{name}/agents"
+    gcs: GcsEmulator = request.getfixturevalue("gcs_emulator")
+    gcs.env(monkeypatch)
+    name = _name()
+    gcs.client().create_bucket(name)
+    return f"gs://{name}/agents"
+
+
+@pytest.fixture
+def local_url(tmp_path: Path) -> str:
+    root = tmp_path / "lbucket"
+    root.mkdir()
+    return f"file://{root}"
+
+
+@pytest.fixture
+def src(home: Path) -> Machine:
+    """The machine the agent lives on (the test's HOME)."""
+    return Machine(home)
+
+
+@pytest.fixture
+def dst(tmp_path: Path) -> Machine:
+    """Another machine, to restore on."""
+    return Machine(tmp_path / "other")

@@ -1,7 +1,7 @@
 """One conformance suite, run unchanged against every collection driver.
 
 (Named ``test_collections_conformance.py``, not ``test_conformance.py``: pytest
-imports test files by basename and tests/buckets/ already has one.)
+imports test files by basename and tests/transport/buckets/ already has one.)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hosts import Hosts, running_hosts
+from hosts import Hosts
 from move_helpers import World, kill_agents
 
 _counts = {"cases": 0, "passed": 0}
@@ -26,13 +26,6 @@ def world(home: Path, tmp_path: Path) -> Iterator[World]:
         kill_agents([w.here, *w.boxes.values()])
 
 
-@pytest.fixture(scope="session")
-def move_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
-    """A set of SSH test hosts of the move tests' own (tag "m": beside tests/ssh's)."""
-    with running_hosts(tmp_path_factory.mktemp("move-hosts"), tag="m") as hosts:
-        yield hosts
-
-
 def _wipe(home: Path) -> None:
     for child in home.iterdir():
         if child.is_dir() and not child.is_symlink():
@@ -42,10 +35,10 @@ def _wipe(home: Path) -> None:
 
 
 @pytest.fixture
-def ssh_world(home: Path, move_hosts: Hosts) -> Iterator[World]:
+def ssh_world(home: Path, ssh_hosts: Hosts) -> Iterator[World]:
     """This computer with the SSH boxes hostA and hostB (their HOMEs wiped after)."""
-    w = World(here=home, env={"LNK_SSH_COMMAND": move_hosts.ssh_command})
-    homes = [move_hosts[h].home for h in ("hostA", "hostB")]
+    w = World(here=home, env={"LNK_SSH_COMMAND": ssh_hosts.ssh_command})
+    homes = [ssh_hosts[h].home for h in ("hostA", "hostB")]
     try:
         w.add_ssh_box("hostA", homes[0])
         w.add_ssh_box("hostB", homes[1])

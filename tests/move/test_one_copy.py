@@ -89,7 +89,7 @@ def test_restore_refuses_an_agent_a_box_holds(world: World, tmp_path: Path) -> N
     assert rows["y"]["place"] == HERE
 
 
-def test_box_born_agent_moves_here_with_from(ssh_world: World, move_hosts: object) -> None:
+def test_box_born_agent_moves_here_with_from(ssh_world: World, ssh_hosts: object) -> None:
     """Created on hostA (never moved from here): listed with the box's agents, moved here
     with --from, and a box that does not answer is named, not skipped."""
     w = ssh_world

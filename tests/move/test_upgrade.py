@@ -19,10 +19,10 @@ OLD_LNK = (
 )
 
 
-def test_move_upgrades_an_older_box(home: Path, move_hosts: Hosts) -> None:
-    c = move_hosts["hostC"]  # python3, no lnk until box add installs it
-    w = World(here=home, env={"LNK_SSH_COMMAND": move_hosts.ssh_command})
-    assert move_hosts.ssh("hostC", 'rm -rf "$HOME/.local"').returncode == 0
+def test_move_upgrades_an_older_box(home: Path, ssh_hosts: Hosts) -> None:
+    c = ssh_hosts["hostC"]  # python3, no lnk until box add installs it
+    w = World(here=home, env={"LNK_SSH_COMMAND": ssh_hosts.ssh_command})
+    assert ssh_hosts.ssh("hostC", 'rm -rf "$HOME/.local"').returncode == 0
     try:
         w.ok("box", "add", "c", "hostC")
         w.boxes["c"] = c.home
@@ -38,7 +38,7 @@ def test_move_upgrades_an_older_box(home: Path, move_hosts: Hosts) -> None:
         assert "box c: upgraded lnk 0.0.1" in moved.err, moved.err
         assert moved.json()["id"] == agent_id
         w.ok("box", "run", "c", "--", "agent", "start", "--agent", AGENT, "--no-sandbox")
-        info = json.loads(move_hosts.ssh("hostC", "lnk version --json").stdout)
+        info = json.loads(ssh_hosts.ssh("hostC", "lnk version --json").stdout)
         assert (info["version"], info["stream_format"]) == (lnk.__version__, STREAM_FORMAT)
         assert w.exactly_one(agent_id) == "c"
         assert w.journal_empty()

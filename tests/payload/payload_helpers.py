@@ -348,7 +348,7 @@ def cli_ok(*args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
     return p
 
 
-# ---- an agent that writes while it is sent (tests/transport/test_live.py, bench) ------
+# ---- an agent that writes while it is sent (tests/payload/test_live.py, bench) ------
 WRITER = r"""
 import os, sqlite3, sys, time
 home, stop, pause, rename_every, db_every = sys.argv[1:3] + [float(sys.argv[3])] + [

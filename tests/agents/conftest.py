@@ -1,4 +1,5 @@
-"""Fixtures for the trust tests: what a stream, a snapshot or a box may decide.
+"""Fixtures for the agents' tests, the trust ones among them: what a stream, a snapshot or
+a box may decide.
 
 The move tests' helpers (tests/move/move_helpers.py) are shared: a World of
 this computer and its boxes, each driven through the real ``lnk``.
@@ -15,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "move"))
 
-from hosts import Hosts, running_hosts
+from hosts import Hosts
 from move_helpers import World, kill_agents
 
 
@@ -30,19 +31,12 @@ def world(home: Path, tmp_path: Path) -> Iterator[World]:
         kill_agents([w.here, *w.boxes.values()])
 
 
-@pytest.fixture(scope="session")
-def trust_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
-    """SSH test hosts of the trust tests' own (tag "t")."""
-    with running_hosts(tmp_path_factory.mktemp("trust-hosts"), tag="t") as hosts:
-        yield hosts
-
-
 @pytest.fixture
-def ssh_box(home: Path, trust_hosts: Hosts) -> Iterator[World]:
+def ssh_box(home: Path, ssh_hosts: Hosts) -> Iterator[World]:
     """This computer with the bare SSH host hostC added as a box: ``lnk box add``
     installs this lnk there, so both ends run the code under test."""
-    w = World(here=home, env={"LNK_SSH_COMMAND": trust_hosts.ssh_command})
-    box_home = trust_hosts["hostC"].home
+    w = World(here=home, env={"LNK_SSH_COMMAND": ssh_hosts.ssh_command})
+    box_home = ssh_hosts["hostC"].home
     try:
         w.ok("box", "add", "hostC", "hostC")
         w.boxes["hostC"] = box_home

@@ -4,7 +4,6 @@ bucket per test, and ``any_bucket`` parametrised over every backend."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,27 +12,6 @@ from servers import GcsEmulator, MotoServer, RadosGateway
 from lnk.transport.buckets import Bucket, open_bucket
 
 BACKENDS = ["local", "s3", "gcs", "rgw"]
-
-
-@pytest.fixture(scope="session")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[GcsEmulator]:
-    server = GcsEmulator()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def radosgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RadosGateway]:
-    server = RadosGateway(str(tmp_path_factory.mktemp("ceph")))
-    yield server
-    server.stop()
 
 
 def new_bucket_name() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     agent_files,
     collections_of,
     fill_collections,
@@ -100,7 +100,7 @@ def test_inventory_round_trips_its_bytes(src: Machine, dst: Machine) -> None:
     inv = r.inventory()
     back = Inventory.from_bytes(inv.to_bytes())
     assert len(back) == len(inv) >= 3
-    from transport_helpers import sha
+    from payload_helpers import sha
 
     for blob in blobs.values():
         assert sha(blob) in back

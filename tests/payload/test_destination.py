@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     agent_files,
     collections_of,
     fill_collections,

@@ -87,13 +87,15 @@ ADMIN = {
 
 
 @pytest.fixture(scope="module")
-def enforcing() -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
-    server = MotoServer()
+def enforcing(moto: MotoServer) -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
+    """The session's moto, its IAM enforced for this module's tests alone."""
+    server = moto
     try:
         server.client().create_bucket(Bucket=BOX)
         iam = server.client("iam")
         keys = {}
         for user, policy in (("box", OBJECT_ONLY), ("admin", ADMIN)):
+            user = f"labels-{user}"  # one moto for the run: names of this module's own
             iam.create_user(UserName=user)
             iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps(policy))
             k = iam.create_access_key(UserName=user)["AccessKey"]
@@ -102,9 +104,9 @@ def enforcing() -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
                 "AWS_SECRET_ACCESS_KEY": k["SecretAccessKey"],
             }
         server.set_auth(True)
-        yield server, keys["box"], keys["admin"]
+        yield server, keys["labels-box"], keys["labels-admin"]
     finally:
-        server.stop()
+        server.set_auth(False)
 
 
 class Split(Recording):

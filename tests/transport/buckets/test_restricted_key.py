@@ -41,8 +41,9 @@ ADMIN_POLICY = {
 
 
 @pytest.fixture(scope="module")
-def enforcing() -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
-    server = MotoServer()
+def enforcing(moto: MotoServer) -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
+    """The session's moto, its IAM enforced for this module's tests alone."""
+    server = moto
     try:
         s3 = server.client()
         s3.create_bucket(Bucket=BUCKET)
@@ -50,14 +51,15 @@ def enforcing() -> Iterator[tuple[MotoServer, dict[str, str], dict[str, str]]]:
         iam = server.client("iam")
         keys = {}
         for user, policy in (("box", OBJECT_ONLY_POLICY), ("admin", ADMIN_POLICY)):
+            user = f"restricted-{user}"  # one moto for the run: names of this module's own
             iam.create_user(UserName=user)
             iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps(policy))
             k = iam.create_access_key(UserName=user)["AccessKey"]
             keys[user] = {"key": k["AccessKeyId"], "secret": k["SecretAccessKey"]}
         server.set_auth(True)
-        yield server, keys["box"], keys["admin"]
+        yield server, keys["restricted-box"], keys["restricted-admin"]
     finally:
-        server.stop()
+        server.set_auth(False)
 
 
 def test_object_key_reaches_objects_but_not_labels(

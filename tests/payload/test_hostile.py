@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     dentry,
     fentry,
     fill_collections,
@@ -346,7 +346,7 @@ def test_a_second_head(dest: Dest) -> None:
 
 def test_a_record_after_the_summary(dest: Dest) -> None:
     recs = payload(dest.head(), roots())
-    from transport_helpers import honest_summary
+    from payload_helpers import honest_summary
 
     recs.append((M.SUMMARY, M.dump(honest_summary(recs))))
     recs.append((M.FILES, M.dump([])))
@@ -359,7 +359,7 @@ def test_no_summary(dest: Dest) -> None:
 
 @pytest.mark.parametrize("field", ["entries", "files", "data_bytes", "collections", "records"])
 def test_summary_counts_that_lie(dest: Dest, field: str) -> None:
-    from transport_helpers import honest_summary
+    from payload_helpers import honest_summary
 
     recs = payload(
         dest.head(),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     agent_files,
     collections_of,
     fill_collections,

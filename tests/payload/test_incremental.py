@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     collections_of,
     fill_collections,
     load_agent,

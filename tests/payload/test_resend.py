@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transport_helpers import agent_files, link_groups, load_agent, make_agent, move, write
+from payload_helpers import agent_files, link_groups, load_agent, make_agent, move, write
 
 from lnk.agents.layout import Machine
 

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from transport_helpers import (
+from payload_helpers import (
     agent_files,
     load_agent,
     move,

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from transport_helpers import (
+from payload_helpers import (
     EVENTS,
     agent_files,
     cli,

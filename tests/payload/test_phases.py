@@ -7,7 +7,7 @@ import os
 import stat
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     EVENTS,
     agent_files,
     collections_of,

@@ -1,4 +1,4 @@
-"""How tests/backup_agent/frozen/v1 was made (kept for the record; not run by tests).
+"""How tests/backup/frozen/v1 was made (kept for the record; not run by tests).
 
 Run once with the lnk of the day on PYTHONPATH:
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transport_helpers import (
+from payload_helpers import (
     EVENTS,
     agent_files,
     collections_of,

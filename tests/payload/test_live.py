@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transport_helpers import (
+from payload_helpers import (
     collections_of,
     files_but_writer_db,
     load_agent,

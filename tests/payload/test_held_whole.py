@@ -11,8 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_hostile import Dest, dest, files  # noqa: F401 - the fixture is used by name
-from transport_helpers import (
+from payload_helpers import (
     agent_files,
     dentry,
     fentry,
@@ -24,6 +23,7 @@ from transport_helpers import (
     send_bytes,
     write,
 )
+from test_hostile import Dest, dest, files  # noqa: F401 - the fixture is used by name
 
 from lnk.agents.layout import Machine
 from lnk.errors import Refused, StreamError
