@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runtime.conftest import CA, Provider
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
@@ -19,6 +18,7 @@ from lnk.harness.model import PLACEHOLDER_KEY
 from lnk.runtime.runner import descendants
 from lnk.sandbox.bwrap import check_bwrap, sandboxed
 from tests.lnkrun import lnk
+from tests.runtime.conftest import CA, Provider
 
 REAL_KEY = "sk-real-0123456789abcdef"
 

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.runtime.conftest import ProxyProcess, Public, connect_through
 
 from lnk.agents import grants, registry
 from lnk.agents.layout import Machine
 from lnk.runtime.egress import Policy
 from lnk.runtime.startup import proxy_env
 from lnk.sandbox.bwrap import check_bwrap, sandboxed
+from tests.runtime.conftest import ProxyProcess, Public, connect_through
 
 INSIDE_PORT = 3128
 

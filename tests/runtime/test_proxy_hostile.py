@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runtime.conftest import ProxyProcess, Public, connect_through
 
 from lnk.agents import grants, registry
 from lnk.agents.layout import Machine
 from lnk.runtime.egress import Policy, host_form
 from lnk.runtime.proxy import AgentProxy
+from tests.runtime.conftest import ProxyProcess, Public, connect_through
 
 REAL_KEY = "sk-real-hostile-0123456789"
 
