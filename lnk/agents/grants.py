@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
+import tomlkit
+import tomlkit.exceptions
 
 from lnk.errors import InvalidInput
 
@@ -259,8 +260,38 @@ HEADER = "# What this agent may do, in its own terms (lnk agent allow / deny cha
 
 
 def write_spec(path: Path, spec: Spec) -> None:
-    """Write the file back, atomically, as the table's sections."""
-    text = HEADER + tomli_w.dumps(spec_to_data(spec))
+    """Write the file back, atomically, as the table's sections; a person's comments and
+    the order of what they wrote stay (tomlkit edits the document in place)."""
+    try:
+        doc = tomlkit.parse(path.read_text())
+    except (FileNotFoundError, tomlkit.exceptions.ParseError):
+        doc = tomlkit.parse(HEADER)
+    data = spec_to_data(spec)
+    table_keys = {(f.section, f.key) for f in TABLE}
+    for section in list(doc.keys()):
+        body = doc[section]
+        if section not in data and isinstance(body, dict):
+            for key in list(body.keys()):
+                if (section, key) in table_keys:
+                    del body[key]
+            if not body:
+                del doc[section]
+        elif section not in data and any(section == f.section for f in TABLE):
+            del doc[section]
+    for section, body in data.items():
+        if not isinstance(body, dict):
+            doc[section] = body
+            continue
+        if section not in doc or not isinstance(doc[section], dict):
+            doc[section] = tomlkit.table()
+        target = doc[section]
+        for key in list(target.keys()):
+            if (section, key) in table_keys and key not in body:
+                del target[key]
+        for key, value in body.items():
+            if target.get(key) != value:
+                target[key] = value
+    text = tomlkit.dumps(doc)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)

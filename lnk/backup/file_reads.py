@@ -24,17 +24,11 @@ from typing import Any
 from lnk.backup.filecache import ChunkCache
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.manifest import EMPTY_SHA, file_mode
+from lnk.payload.reading import open_file
 from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, sqlite_snapshot
 
+
 # never through a link; a fifo swapped in after the walk does not block the open
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def open_file(path: str | Path) -> int:
-    """Open a file to read its content (never through a link)."""
-    return os.open(path, _OPEN)
-
-
 def read(fd: int, n: int) -> bytes:
     """Every byte of file content a backup reads goes through here."""
     return os.read(fd, n)

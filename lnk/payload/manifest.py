@@ -59,6 +59,7 @@ PHASES = ("full", "bulk", "final")
 # where files may go: Home and the agent's file-kept folders (chats/ travels as collections)
 FILE_ROOTS = ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/schedule")
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+KINDS = {"f": "file", "d": "folder", "l": "symbolic link"}
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
@@ -173,6 +174,10 @@ class FileEntry:
             raise bad(
                 f"{path!r} is a {kind!r}: only files, folders and symbolic links travel "
                 "(devices, fifos and sockets never do)"
+            )
+        if path in FILE_ROOTS and kind != "d":
+            raise bad(
+                f"{path!r} is one of the agent's folders, and the stream makes it a {KINDS[kind]}"
             )
         if kind == "l":
             return cls._link(path, d)

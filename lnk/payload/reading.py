@@ -44,6 +44,16 @@ def same_stat(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_file(path: str | Path) -> int:
+    """Open a file of the agent's to read its content: never through a link, and never
+    blocking (a fifo swapped in after the walk opens at once, and is then no regular
+    file).  The one way a move and a backup open what they read."""
+    return os.open(path, _OPEN)
+
+
 def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Read | None:
     """Read (``keep``: into memory) and hash a file, again while it changes under us.
 
@@ -56,7 +66,7 @@ def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Rea
             time.sleep(0.002 * attempt)
         t0 = time.time_ns()
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_file(path)
         except OSError:
             return None
         try:

@@ -24,7 +24,14 @@ from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.inventory import Inventory
-from lnk.payload.reading import SETTLE_TRIES, Slot, read_chunk, read_settled, same_stat
+from lnk.payload.reading import (
+    SETTLE_TRIES,
+    Slot,
+    open_file,
+    read_chunk,
+    read_settled,
+    same_stat,
+)
 from lnk.payload.walk import WalkedFile
 
 BATCH_DATA_BYTES = 8 << 20
@@ -273,7 +280,7 @@ class FileSender:
             left = size
             assert f.source is not None
             try:
-                fd = os.open(f.source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = open_file(f.source)
             except OSError:
                 fd = -1
             trusted = False

@@ -105,3 +105,24 @@ def test_limits_are_set_by_allow_shown_and_never_taken_from_a_stream(home: Path)
     hand.write_text('[limits]\nprocesses = "many"\n')
     q = lnk("agent", "start")
     assert q.code != 0 and "[limits] processes" in q.err and "Traceback" not in q.err
+
+
+def test_allow_and_deny_keep_a_person_s_comments(home: Path) -> None:
+    a = registry.create(Machine.current(), "main")
+    f = a.folders.sandbox_toml
+    f.write_text(
+        "# my notes on this agent: keep them\n[files]\n"
+        'write = ["."]  # its Home\n\n# the internet, as I want it\n[internet]\nhosts = ["*"]\n'
+    )
+    assert lnk("agent", "deny", "--host", "evil.example").code == 0
+    assert lnk("agent", "allow", "--port", "8080", "--memory", "1G").code == 0
+    assert lnk("agent", "deny", "--port", "8080").code == 0
+    text = f.read_text()
+    for comment in (
+        "# my notes on this agent: keep them",
+        "# its Home",
+        "# the internet, as I want it",
+    ):
+        assert comment in text, text
+    spec = g.read_spec(f)
+    assert spec.hosts == ["*", "!evil.example"] and spec.ports == [] and spec.memory == "1G"

@@ -9,6 +9,8 @@ held at the pause.  No test here times anything.
 from __future__ import annotations
 
 import os
+import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +180,34 @@ def test_a_file_gone_before_it_is_read_is_not_sent(
     assert receive_bytes(dst, r, data).committed
     home = load_agent(dst).folders.home
     assert (home / "kept.txt").read_bytes() == b"kept\n" and not (home / "tmp.part").exists()
+
+
+@pytest.mark.parametrize("size", [100, 3 << 20], ids=["small", "big"])
+def test_a_fifo_swapped_in_during_the_send_neither_blocks_it_nor_is_sent(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """Nobody writes the fifo: a blocking open would hang the send (issue 18); the send
+    opens every file it reads without blocking, as the backup does, and leaves it out."""
+    a = make_agent(src)
+    victim = write(a.folders.home / "victim.bin", b"v" * size)
+    write(a.folders.home / "kept.txt", b"kept\n")
+    real = R.open_file
+
+    def swap_then_open(path: str | Path) -> int:
+        if Path(path) == victim and victim.is_file():
+            victim.unlink()
+            os.mkfifo(victim)
+        return real(path)
+
+    monkeypatch.setattr(R, "open_file", swap_then_open)
+    monkeypatch.setattr(S, "open_file", swap_then_open)
+    r = prepare(dst)
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(send_bytes(a, r, phase="bulk")), daemon=True)
+    t.start()
+    t.join(60)  # a bound, not a timing: a blocked open never comes back
+    assert not t.is_alive(), "the send blocked on a fifo"
+    data, _ = out[0]
+    assert receive_bytes(dst, r, data) is not None
+    staged = list(r.dir.rglob("victim.bin"))
+    assert all(p.is_file() and not stat.S_ISFIFO(p.lstat().st_mode) for p in staged)

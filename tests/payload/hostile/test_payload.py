@@ -54,7 +54,20 @@ def _nested(depth: int) -> Any:
     return v
 
 
+def _root_as_file(root: str) -> Build:
+    """A stream naming one of the agent's roots (Home, Agent/memory ...) as a file."""
+
+    def build(d: Dest) -> list[tuple[int, bytes]]:
+        ents = [e for e in roots() if e["p"] != root]
+        return records(d.head(), [*ents, fentry(root, b"abc")], b"abc")
+
+    return build
+
+
 CASES: dict[str, tuple[Build, int, str]] = {
+    # ---- a root of the agent's named as a file --------------------------------------
+    "Home as a file": (_root_as_file("Home"), STREAM, "Home"),
+    "Agent/memory as a file": (_root_as_file("Agent/memory"), STREAM, "Agent/memory"),
     # ---- odd Unicode --------------------------------------------------------------
     "lone surrogate in a path": (_files(fentry("Home/\udcff")), STREAM, "lone surrogate"),
     "high surrogate in a folder": (_files(dentry("Home/\ud800")), STREAM, "lone surrogate"),
