@@ -11,6 +11,7 @@ sandbox's command line; ``lnk agent allow`` checks a grant with it first.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,11 +54,12 @@ def _hidden(agent: Agent) -> list[str]:
     return [os.path.realpath(home / h) for h in HIDDEN_IN_HOME]
 
 
-def _refuse_path(agent: Agent, flag: str, given: str, why: str) -> Refused:
+def _refuse_path(agent: Agent, flag: str, given: str, why: str, hint: str | None = None) -> Refused:
     return Refused(
         f"the agent {agent.name}'s grant --{flag} {given} {why}",
-        hint="a grant never shows what the sandbox hides; if the agent's file holds it, "
-        f"take it out: lnk agent deny --agent {agent.name} --{flag} {given}",
+        hint=hint
+        or "a grant never shows what the sandbox hides; if the agent's file holds it, "
+        f"take it out: lnk agent deny --agent {agent.name} --{flag} {shlex.quote(given)}",
     )
 
 
@@ -103,7 +105,13 @@ def file_grants(
                 )
             if not os.path.exists(real):
                 if strict:
-                    raise _refuse_path(agent, flag, given, f"names {real}, which does not exist")
+                    raise _refuse_path(
+                        agent,
+                        flag,
+                        given,
+                        f"names {real}, which does not exist",
+                        hint=f"make the folder first, then grant it: mkdir -p {shlex.quote(real)}",
+                    )
                 if not in_home:
                     continue
                 os.makedirs(real, exist_ok=True)  # the agent's own folder, as granted

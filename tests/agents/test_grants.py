@@ -126,3 +126,14 @@ def test_allow_and_deny_keep_a_person_s_comments(home: Path) -> None:
         assert comment in text, text
     spec = g.read_spec(f)
     assert spec.hosts == ["*", "!evil.example"] and spec.ports == [] and spec.memory == "1G"
+
+
+def test_the_readme_s_folders_are_granted_on_a_new_agent_or_the_hint_makes_them(home: Path) -> None:
+    registry.create(Machine.current(), "main")
+    r = lnk("agent", "allow", "--read", "~/Documents", "--write", "~/out")
+    assert r.code == 6 and "does not exist" in r.err, r.err
+    hint = next(ln for ln in r.err.splitlines() if ln.startswith("lnk: hint: "))
+    assert hint == f"lnk: hint: make the folder first, then grant it: mkdir -p {home}/Documents"
+    (home / "Documents").mkdir()
+    (home / "out").mkdir()
+    assert lnk("agent", "allow", "--read", "~/Documents", "--write", "~/out").code == 0
