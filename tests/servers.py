@@ -406,6 +406,7 @@ class ModelServer:
 
         self.tag = tag
         self.requests: list[dict[str, Any]] = []
+        self.gate: threading.Event | None = None  # set: completions wait for it (a slow model)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -433,6 +434,8 @@ class ModelServer:
                 outer.requests.append(
                     {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
+                if outer.gate is not None:
+                    outer.gate.wait(120)
                 last = body["messages"][-1]["content"]
                 msg = {"role": "assistant", "content": f"{outer.tag} heard {last}"}
                 self._send(200, {"choices": [{"index": 0, "message": msg}]})

@@ -117,7 +117,7 @@ def call(
         except TimeoutError as e:
             raise TransportError(
                 f"the agent on port {port} took longer than {timeout}s to answer",
-                hint="its turn goes on; the answer is kept in the conversation",
+                hint="its turn goes on; the next chat on the thread hands its answer over",
             ) from e
         except (http.client.HTTPException, OSError) as e:
             raise _not_running(port, f"the connection broke: {e}") from e
@@ -164,3 +164,14 @@ def status(port: int, key: bytes, timeout: float = 10.0) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise TransportError(f"the agent on port {port} sent a status that is not an object")
     return answer
+
+
+def claim_unclaimed(
+    port: int, key: bytes, thread: str, timeout: float = 30.0
+) -> list[dict[str, Any]]:
+    """The thread's answers whose caller went (Ctrl-C, a crashed turn), each handed over once."""
+    answer = call(port, key, "POST", "/_link/unclaimed", {"thread": thread}, timeout)
+    rows = answer.get("answers") if isinstance(answer, dict) else None
+    if not isinstance(rows, list):
+        return []
+    return [r for r in rows[:100] if isinstance(r, dict) and isinstance(r.get("answer"), str)]

@@ -6,6 +6,9 @@
                           ->  {"thread", "text", "message", "number"}
     GET  /_link/status    Authorization: Bearer <b64 key>
                           ->  {"id", "owner", "name", "sandboxed"}
+    POST /_link/unclaimed Authorization: Bearer <b64 key>
+                          {"thread": "link:main"}  ->  {"answers": [{"number", "message",
+                          "text", "answer"}]}: answers whose caller went, handed over once
 
 A wrong or missing key is 401.  See ``docs/harness.md``.
 """
@@ -17,6 +20,7 @@ import binascii
 import hmac
 import json
 import os
+import select
 import socket
 import socketserver
 import sys
@@ -30,7 +34,7 @@ from lnk.agents.stores import open_agent_store
 from lnk.bridges.proof import endpoint_proof
 from lnk.errors import InvalidInput, LnkError
 from lnk.harness.model import make_model
-from lnk.harness.turns import Busy, Conversations
+from lnk.harness.turns import Busy, Conversations, claim, mark_unclaimed
 
 log = logs.get("harness")
 
@@ -173,6 +177,8 @@ class Handler(BaseHTTPRequestHandler):
             self._proof()
         elif self.path == "/_link/message":
             self._message()
+        elif self.path == "/_link/unclaimed":
+            self._unclaimed()
         else:
             self.close_connection = True
             self._error(404, f"no such route {self.path}")
@@ -219,7 +225,42 @@ class Handler(BaseHTTPRequestHandler):
             code = 400 if isinstance(e, InvalidInput) else 502
             self._error(code, e.message, e.hint)
             return
-        self._send(200, result)
+        repeated, number = bool(result.get("repeated")), int(result["number"])
+        if not repeated and _peer_gone(self.connection):
+            mark_unclaimed(convs, thread, number)  # Ctrl-C: kept for the thread's next chat
+            return
+        try:
+            self._send(200, result)
+        except OSError:
+            if not repeated:
+                mark_unclaimed(convs, thread, number)
+            return
+        if repeated:
+            claim(convs, thread, only=number)  # its caller came back for it: handed over
+
+    def _unclaimed(self) -> None:
+        """``{"thread"}`` -> ``{"answers": [...]}``: the thread's answers whose caller went,
+        handed over once (turns.claim)."""
+        if not self._authorized():
+            self.close_connection = True
+            return
+        body = self._body()
+        if body is None:
+            return
+        thread = body.get("thread")
+        if not isinstance(thread, str) or not thread or len(thread) > 200:
+            self._error(400, "thread must be a short string")
+            return
+        self._send(200, {"answers": claim(self.server.lnk_conversations, thread)})
+
+
+def _peer_gone(sock: socket.socket) -> bool:
+    """Whether the caller closed its side (Ctrl-C) while its turn ran."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (OSError, ValueError):
+        return True
 
 
 class HarnessState:

@@ -7,6 +7,8 @@ Events are JSON objects with a ``type``:
     {"type": "answer", "text": ..., "reply_to": N, "at": ..., ["recovered": true]}
     {"type": "tool_call", "call_id": ..., "tool": ..., "args": {...}}
     {"type": "tool_result", "call_id": ..., "made": false, "text": "not made: ..."}
+    {"type": "unclaimed", "answer": N}     the answer N's caller went before it came
+    {"type": "claimed", "answer": N}       ... and a later chat on the thread took it
 
 Every event is written conditionally on its number (a loser reads again).  A
 turn holds the conversation's lease, renewed every ``renew_s`` while it runs;
@@ -236,19 +238,20 @@ class Conversations:
                 answer = self._answer(cid, text, num)
             except LnkError as e:
                 answer = f"(the turn that took this message in stopped; answering failed: {e})"
-            written.append(
-                append_event(
-                    self.store,
-                    cid,
-                    {
-                        "type": "answer",
-                        "text": answer,
-                        "reply_to": num,
-                        "recovered": True,
-                        "at": iso_now(),
-                    },
-                )
+            ans_n = append_event(
+                self.store,
+                cid,
+                {
+                    "type": "answer",
+                    "text": answer,
+                    "reply_to": num,
+                    "recovered": True,
+                    "at": iso_now(),
+                },
             )
+            written.append(ans_n)
+            # its caller went with the crashed turn: the next chat on the thread takes it
+            written.append(append_event(self.store, cid, {"type": "unclaimed", "answer": ans_n}))
         if written:
             log.info(
                 "finished a crashed turn in %s: %d tool call(s) answered as not made",
@@ -256,3 +259,55 @@ class Conversations:
                 len(open_calls),
             )
         return written
+
+
+def _claimable(store: Store, cid: CollectionId) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """The answers marked unclaimed and not claimed since: (number, answer, its message)."""
+    last = store.last_number(cid)
+    events = {ev.number: ev.data for ev in store.iter_events(cid, max(1, last - DEDUP_WINDOW))}
+    open_: dict[int, None] = {}
+    for data in events.values():
+        n = data.get("answer")
+        if not isinstance(n, int):
+            continue
+        if data.get("type") == "unclaimed":
+            open_[n] = None
+        elif data.get("type") == "claimed":
+            open_.pop(n, None)
+    out = []
+    for n in open_:
+        ans = events.get(n)
+        if ans is None or ans.get("type") != "answer":
+            continue
+        out.append((n, ans, events.get(ans.get("reply_to", -1), {})))
+    return out
+
+
+def mark_unclaimed(convs: Conversations, thread: str, answer_n: int) -> None:
+    """The answer ``answer_n`` was made after its caller went (Ctrl-C, a crash)."""
+    cid = CollectionId("events", thread)
+    with convs._lock(thread):
+        append_event(convs.store, cid, {"type": "unclaimed", "answer": answer_n})
+
+
+def claim(convs: Conversations, thread: str, only: int | None = None) -> list[dict[str, Any]]:
+    """Hand over the thread's answers nobody waited for, each once: they are marked claimed
+    as they are handed (``{"number", "message", "id", "text", "answer"}``, oldest first).
+    ``only``: just that answer (its caller came back with the same message ID)."""
+    cid = CollectionId("events", thread)
+    out: list[dict[str, Any]] = []
+    with convs._lock(thread):
+        for n, ans, msg in _claimable(convs.store, cid):
+            if only is not None and n != only:
+                continue
+            append_event(convs.store, cid, {"type": "claimed", "answer": n, "at": iso_now()})
+            out.append(
+                {
+                    "number": n,
+                    "message": ans.get("reply_to"),
+                    "id": str(msg.get("id") or ans.get("reply_to")),
+                    "text": str(msg.get("text", "")),
+                    "answer": str(ans.get("text", "")),
+                }
+            )
+    return out

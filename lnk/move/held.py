@@ -23,7 +23,7 @@ from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.running import is_running, pid_alive
 from lnk.errors import AgentNotRunning, LnkError, NotFound, TransportError
-from lnk.harness.client import send_message
+from lnk.harness.client import claim_unclaimed, send_message
 from lnk.move import journal
 from lnk.places.where import Whereabouts, where_is
 from lnk.protocol import ChatAnswer, EarlierAnswer
@@ -65,9 +65,10 @@ def send_to(
     text: str,
     message_id: str,
     timeout: float = 300.0,
-) -> str:
+) -> tuple[str, tuple[EarlierAnswer, ...]]:
     """Send where the agent is (resolved once by the caller): here, or on its box through
-    that box's own lnk."""
+    that box's own lnk.  Returns the answer and the box's earlier answers on the thread
+    (its lnk hands them with this one; here they are taken by the caller)."""
     if where.here:
         a = registry.find(machine, where.name)
         key = service.endpoint_key(a)
@@ -75,18 +76,19 @@ def send_to(
             raise AgentNotRunning(
                 f"{where.name} is not running", hint=f"lnk agent start --agent {where.name}"
             )
-        return send_message(
+        answer = send_message(
             a.settings.endpoint_port, key, thread, text, timeout=timeout, message_id=message_id
         )
+        return answer, ()
     short = thread.split(":", 1)[1] if thread.startswith("link:") else thread
     args = ["agent", "chat", "send", "--agent", where.name, "--thread", short]
-    answer = where.leg.ask([*args, "--message-id", message_id, "--json", text], ChatAnswer)
-    if answer.answer is None:
+    reply = where.leg.ask([*args, "--message-id", message_id, "--json", text], ChatAnswer)
+    if reply.answer is None:
         raise TransportError(
             f"{where.name}'s box held the message instead of answering",
             hint=f"lnk box run {where.place} -- agent deliver --agent {where.name}",
         )
-    return answer.answer
+    return reply.answer, reply.earlier
 
 
 def _answer_path(path: Path) -> Path:
@@ -124,7 +126,7 @@ def deliver_one(machine: Machine, path: Path, say: Say) -> dict[str, Any] | None
         msg = json.loads(claimed.read_text())
         try:
             where = where_is(machine, msg["agent"], ask_boxes=False)
-            answer = send_to(machine, where, msg["thread"], msg["text"], msg["id"])
+            answer, earlier = send_to(machine, where, msg["thread"], msg["text"], msg["id"])
         except NotFound:
             say(
                 f"a message for {msg['agent']} can't be delivered (the agent is gone); here "
@@ -137,9 +139,10 @@ def deliver_one(machine: Machine, path: Path, say: Say) -> dict[str, Any] | None
             os.rename(claimed, path)  # held again: the next start, move or deliver tries again
         raise
     done = {"id": msg["id"], "delivered": True, "thread": msg["thread"], "answer": answer}
+    kept = done | {"text": msg["text"], "at": msg["at"], "earlier": [e.to_json() for e in earlier]}
     out = _answer_path(path)
     tmp = out.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(done | {"text": msg["text"], "at": msg["at"]}))
+    tmp.write_text(json.dumps(kept))
     os.replace(tmp, out)
     claimed.unlink(missing_ok=True)
     return done
@@ -164,10 +167,25 @@ def _being_delivered(path: Path) -> bool:
     return any(path.parent.glob(f"{path.name}.by-*"))
 
 
-def take_answer(machine: Machine, agent_id: str, message_id: str) -> str | None:
-    """The answer a delivery kept for ``message_id``, taken (so it is handed over once)."""
+def _earlier_of(data: dict[str, Any]) -> tuple[EarlierAnswer, ...]:
+    """The earlier answers a box handed over with a held message's delivery."""
+    rows = data.get("earlier")
+    out: list[EarlierAnswer] = []
+    for row in rows[:100] if isinstance(rows, list) else ():
+        with contextlib.suppress(LnkError, ValueError):
+            out.append(EarlierAnswer.from_json(row, "a kept earlier answer"))
+    return tuple(out)
+
+
+def take_answer(
+    machine: Machine, agent_id: str, message_id: str
+) -> tuple[str, tuple[EarlierAnswer, ...]] | None:
+    """The answer a delivery kept for ``message_id`` (and the earlier answers that came with
+    it), taken, so it is handed over once."""
     data = _take(_answer_path(machine.held_dir / agent_id / f"{message_id}.json"))
-    return None if data is None or not isinstance(data.get("answer"), str) else data["answer"]
+    if data is None or not isinstance(data.get("answer"), str):
+        return None
+    return data["answer"], _earlier_of(data)
 
 
 def take_earlier(machine: Machine, agent_id: str, thread: str) -> tuple[EarlierAnswer, ...]:
@@ -177,7 +195,7 @@ def take_earlier(machine: Machine, agent_id: str, thread: str) -> tuple[EarlierA
     d = machine.held_dir / agent_id
     if not d.is_dir():
         return ()
-    found: list[tuple[float, EarlierAnswer]] = []
+    found: list[tuple[float, tuple[EarlierAnswer, ...]]] = []
     for p in d.glob("msg-*.answer.json"):
         with contextlib.suppress(OSError, ValueError):
             if json.loads(p.read_text()).get("thread") != thread:
@@ -186,13 +204,29 @@ def take_earlier(machine: Machine, agent_id: str, thread: str) -> tuple[EarlierA
         if data is None:
             continue
         with contextlib.suppress(KeyError, TypeError, ValueError):
-            found.append(
-                (
-                    float(data.get("at", 0)),
-                    EarlierAnswer(str(data["id"]), str(data["text"]), str(data["answer"])),
-                )
-            )
-    return tuple(e for _, e in sorted(found, key=lambda f: f[0]))
+            mine = EarlierAnswer(str(data["id"]), str(data["text"]), str(data["answer"]))
+            found.append((float(data.get("at", 0)), (*_earlier_of(data), mine)))
+    return tuple(e for _, es in sorted(found, key=lambda f: f[0]) for e in es)
+
+
+def take_unclaimed(machine: Machine, where: Whereabouts, thread: str) -> tuple[EarlierAnswer, ...]:
+    """The thread's answers the running agent made after their caller went (a Ctrl-C'd
+    chat, a turn its crash left), each handed over once.  An agent here only: one on a box
+    hands them to its own lnk's chat.  A harness that does not keep them (404) has none."""
+    if not where.here:
+        return ()
+    a = registry.find(machine, where.name)
+    key = service.endpoint_key(a)
+    if key is None or not is_running(a):
+        return ()
+    try:
+        rows = claim_unclaimed(a.settings.endpoint_port, key, thread, timeout=30.0)
+    except LnkError:
+        return ()
+    return tuple(
+        EarlierAnswer(str(r.get("id", r.get("message", ""))), str(r.get("text", "")), r["answer"])
+        for r in rows
+    )
 
 
 def deliver_all(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any]]:
@@ -261,8 +295,9 @@ def chat(
     moving = journal.entries(machine, agent_id)
     if not moving or not moving[0].at_least("paused"):
         try:
-            answer = send_to(machine, where, thread, text, message_id)
-            earlier = take_earlier(machine, agent_id, thread)
+            answer, came = send_to(machine, where, thread, text, message_id)
+            earlier = take_earlier(machine, agent_id, thread) + came
+            earlier += take_unclaimed(machine, where, thread)
             return ChatAnswer(name, thread, message_id, answer, earlier=earlier)
         except (AgentNotRunning, TransportError):
             if not journal.entries(machine, agent_id):
@@ -291,9 +326,11 @@ def chat(
         time.sleep(0.1)  # another lnk hands it over now: its answer comes beside it
         kept = take_answer(machine, agent_id, message_id)
     if kept is None:  # taken by another lnk meanwhile: the harness answers an ID once, again
-        kept = send_to(machine, where_is(machine, name, ask_boxes=False), thread, text, message_id)
+        where = where_is(machine, name, ask_boxes=False)
+        kept = send_to(machine, where, thread, text, message_id)
+    answer, came = kept
     return ChatAnswer(
-        name, thread, message_id, kept, earlier=take_earlier(machine, agent_id, thread)
+        name, thread, message_id, answer, earlier=take_earlier(machine, agent_id, thread) + came
     )
 
 

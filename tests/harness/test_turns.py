@@ -56,6 +56,7 @@ def test_crashed_turn_is_finished_before_the_new_message(start_agent: Any, drive
         "tool_result",
         "tool_result",
         "answer",
+        "unclaimed",  # its caller went with the crash: the next chat takes it
         "message",
         "answer",
     ]
@@ -65,7 +66,11 @@ def test_crashed_turn_is_finished_before_the_new_message(start_agent: Any, drive
     recovered = evs[5][1]
     assert recovered["recovered"] is True and recovered["reply_to"] == 1
     assert "do x" in recovered["text"]
-    assert evs[6][1]["text"] == "hello" and evs[7][1]["text"] == answer
+    assert evs[6][1] == {"type": "unclaimed", "answer": 6}
+    assert evs[7][1]["text"] == "hello" and evs[8][1]["text"] == answer
+    kept = client.claim_unclaimed(r.port, r.key, "link:main")
+    assert [(k["text"], k["number"]) for k in kept] == [("do x", 6)]
+    assert client.claim_unclaimed(r.port, r.key, "link:main") == []  # handed over once
 
 
 def _convs(tmp_path: Path, lapse_ms: int = 60_000, **kw: Any) -> Conversations:
