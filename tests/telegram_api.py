@@ -25,8 +25,8 @@ What Telegram does, and where that was found:
   poll, or one that finds updates at once, ends nobody. ``fail_query_conflict`` sends a 409 at
   once, but holds one that comes within 3 s of the last for 3 s (``conflict_delay`` here). Issue
   trackers show the message whenever a second instance polls (python-telegram-bot #4237,
-  pengrad/java-telegram-bot-api #261); before 2018 it read "Conflict: terminated by other long
-  poll or webhook" (rubenlagus/TelegramBots #222).
+  pengrad/java-telegram-bot-api #261); until early 2018 it read "Conflict: terminated by other
+  long poll or webhook" (rubenlagus/TelegramBots #222; mehtadone/CryptoGramBot #76 saw both).
 * setWebhook with a URL ends a waiting getUpdates with 409 "Conflict: terminated by setWebhook
   request"; getUpdates while a webhook is set is 409 "Conflict: can't use getUpdates method while
   webhook is active; use deleteWebhook to delete the webhook first" (same file; "getUpdates": it
@@ -92,6 +92,10 @@ def _int(value: str | None, default: int) -> int:
     """The leading integer of value (0 if none), as td::to_integer reads it."""
     m = re.match(r"\s*([+-]?\d+)", value or "")
     return default if not value else int(m[1]) if m else 0
+
+
+def _true(p: Params, name: str) -> bool:
+    return p.get(name, "").lower() in ("true", "1")
 
 
 def _error(code: int, description: str, retry_after: int = 0) -> Json:
@@ -350,7 +354,7 @@ class BotApiServer:
             return self._m_deletewebhook(bot, p)
         if not url.lower().startswith("https://"):
             raise BadRequest("bad webhook: An HTTPS URL must be provided for webhook")
-        if p.get("drop_pending_updates", "").lower() in ("true", "1"):
+        if _true(p, "drop_pending_updates"):
             bot.updates.clear()
         if bot.poll is not None:
             bot.poll.ended, bot.poll.delay = BY_WEBHOOK, self._conflict_delay(bot)
@@ -361,7 +365,7 @@ class BotApiServer:
         return True, "Webhook is already set" if was == url else "Webhook was set"
 
     def _m_deletewebhook(self, bot: Bot, p: Params) -> tuple[Any, str]:
-        if p.get("drop_pending_updates", "").lower() in ("true", "1"):
+        if _true(p, "drop_pending_updates"):
             bot.updates.clear()
         was, bot.webhook = bot.webhook, {}
         return True, "Webhook was deleted" if was else "Webhook is already deleted"
@@ -377,7 +381,7 @@ class BotApiServer:
         text, ents = formatted_text(p)
         chat = self._chat(bot, p)
         reply = {"message_id": _int(p.get("reply_to_message_id"), 0)}
-        reply["allow_sending_without_reply"] = p.get("allow_sending_without_reply") == "true"
+        reply["allow_sending_without_reply"] = _true(p, "allow_sending_without_reply")
         reply |= json_param(p, "reply_parameters", dict, "reply parameters")
         reply["message_id"] = _int(str(reply["message_id"]), 0)
         if reply["message_id"] and (chat["id"], reply["message_id"]) not in bot.messages:
