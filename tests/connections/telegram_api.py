@@ -1,6 +1,6 @@
 """A Telegram Bot API server on loopback, for tests: a stand-in for api.telegram.org.
 
-    from tests.telegram_api import BotApiServer, telegram   # ``telegram``: a started server
+    from telegram_api import BotApiServer, telegram   # ``telegram``: a started server
 
     bot = telegram.add_bot("123:ABC", username="lnk_test_bot")
     telegram.user_says("123:ABC", user_id=42, text="hi")   # queued as a message update
@@ -61,7 +61,7 @@ from typing import Any
 
 import pytest
 
-from tests.telegram_text import MAX_TEXT, BadRequest, entity, formatted_text, json_param, utf16
+from telegram_text import MAX_TEXT, BadRequest, entity, formatted_text, json_param, utf16
 
 MAX_BODY = 1 << 20
 KEEP = 86400

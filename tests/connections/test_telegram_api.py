@@ -16,13 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.telegram_api import (
-    CONFLICT,
-    NOT_MODIFIED,
-    WEBHOOK_ACTIVE,
-    BotApiServer,
-    telegram,  # noqa: F401 - the fixture is used by name
-)
+from telegram_api import CONFLICT, NOT_MODIFIED, WEBHOOK_ACTIVE, BotApiServer
 
 TOKEN = "123:ABC"
 Answer = tuple[int, dict[str, Any], Message]
@@ -378,7 +372,7 @@ def test_a_dropped_answer_after_the_message_was_sent(server: BotApiServer) -> No
     ok(server, "sendMessage", chat_id=42, text="y")
 
 
-def test_the_fixture(telegram: BotApiServer) -> None:  # noqa: F811
+def test_the_fixture(telegram: BotApiServer) -> None:
     bot = telegram.add_bot("5:Z", username="other_bot")
     bot.user_says(user_id=1, text="hi", chat_id=-100, chat_type="group", title="G")
     answer = call(telegram, "getUpdates", token="5:Z")[1]["result"]
