@@ -60,7 +60,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-
 from telegram_text import MAX_TEXT, BadRequest, entity, formatted_text, json_param, utf16
 
 MAX_BODY = 1 << 20

@@ -15,7 +15,6 @@ from email.message import Message
 from typing import Any
 
 import pytest
-
 from telegram_api import CONFLICT, NOT_MODIFIED, WEBHOOK_ACTIVE, BotApiServer
 
 TOKEN = "123:ABC"
