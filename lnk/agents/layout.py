@@ -5,7 +5,8 @@
         backup/                         the owner's backup key pair (issue: backups)
     ~/.lnk/                             this machine's state
         machine.toml                    machine settings (unsandboxed, keep_moved, ...)
-        agents/<id>/                    runtime state of one agent: pidfile, log, endpoint key
+        agents/<id>/                    runtime state of one agent: pidfile, log, endpoint key,
+                                        bridge.pid, bridge.json, connections.hold
         agents/.net/<id>/               the agent's sockets (relay into its sandbox)
         journal/                        unfinished moves
         held/                           messages held during a move
@@ -14,6 +15,7 @@
         Home/                           the person's files and the agent's work
         Agent/                          the agent's brain, a folder per collection:
             instructions/ skills/ memory/ chats/ schedule/
+            connections/                the bridge's state (not in the sandbox)
         Config/sandbox.toml             the agent's grants
 
 A test makes a second machine by pointing HOME somewhere else.
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 AGENT_COLLECTION_DIRS = ("instructions", "skills", "memory", "chats", "schedule")
+CONNECTIONS_DIR = "connections"  # Agent/connections/: the bridge's, never in the sandbox
+HOLD_FILE = "connections.hold"  # <runtime>/: a move's destination holds its connections
 
 
 def home_dir() -> Path:
@@ -67,6 +71,11 @@ class Machine:
 
     def runtime_dir(self, agent_id: str) -> Path:
         return self.state_dir / "agents" / agent_id
+
+    def hold_file(self, agent_id: str) -> Path:
+        """While it exists, the agent's bridge here neither polls nor fires nor sends: a
+        move's final phase wrote it, the move's ``moved-in`` step removes it."""
+        return self.runtime_dir(agent_id) / HOLD_FILE
 
     def net_dir(self, agent_id: str) -> Path:
         return self.state_dir / "agents" / ".net" / agent_id
@@ -117,6 +126,10 @@ class AgentFolders:
     @property
     def chats(self) -> Path:
         return self.agent / "chats"
+
+    @property
+    def connections(self) -> Path:
+        return self.agent / CONNECTIONS_DIR
 
     def collection_dir(self, which: str) -> Path:
         if which not in AGENT_COLLECTION_DIRS:

@@ -19,6 +19,7 @@ from typing import Any
 
 import tomli_w
 
+from lnk.agents.bots import check_bots
 from lnk.errors import InvalidInput
 
 SETTINGS_FORMAT = 2
@@ -77,6 +78,10 @@ class Settings:
     lapse_s: int = 60
     model: ModelSettings = field(default_factory=ModelSettings)
     format: int = SETTINGS_FORMAT
+    # raised by every commit of a stream here (a move's cutover): a bridge of an older
+    # epoch acts no more (lnk.connections.fence)
+    epoch: int = 0
+    bots: dict[str, dict[str, Any]] = field(default_factory=dict)  # connections (bots.py)
 
     @property
     def ports(self) -> list[int]:
@@ -102,7 +107,8 @@ class Settings:
             "ports": {"base": self.port_base, "count": self.port_count},
             "turns": {"renew": self.renew_s, "lapse": self.lapse_s},
             "model": asdict(self.model),
-        }
+            "epoch": self.epoch,
+        } | ({"bots": self.bots} if self.bots else {})
 
     @classmethod
     def from_toml(cls, data: dict[str, Any], where: str) -> Settings:
@@ -122,6 +128,8 @@ class Settings:
                 renew_s=int(turns.get("renew", 10)),
                 lapse_s=int(turns.get("lapse", 60)),
                 model=ModelSettings(**{k: str(v) for k, v in model.items()}),
+                epoch=_epoch(data.get("epoch", 0)),
+                bots=check_bots(data.get("bots"), where),
             )
         except (TypeError, ValueError, AttributeError) as e:
             raise InvalidInput(
@@ -150,6 +158,12 @@ class Settings:
                 hint="[ports] base and count must describe ports below 65536",
             )
         return s
+
+
+def _epoch(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 62:
+        raise ValueError("'epoch' must be a whole number from 0")
+    return value
 
 
 def _typed(data: dict[str, Any], key: str, typ: type) -> Any:

@@ -30,11 +30,12 @@ def cli(errors: str) -> None:
 
 def _register() -> None:
     # Imported here, not at the top, so `lnk --version` and the exit point load little.
-    from lnk.cli import (  # noqa: F401 - backup_repo adds to backup; move, permissions, state to agent
+    from lnk.cli import (  # noqa: F401 - backup_repo adds to backup; connect, move, permissions, state to agent
         agent,
         backup,
         backup_repo,
         box,
+        connect,
         demo,
         move,
         permissions,

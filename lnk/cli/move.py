@@ -111,6 +111,17 @@ def resume(agent_name: str | None) -> None:
     """(a move's step, kept for older movers) Nothing to undo: a pause only stops the agent."""
 
 
+@agent.command("moved-in", hidden=True)
+@agent_option
+@click.option("--id", "agent_id", required=True)
+def moved_in(agent_name: str | None, agent_id: str) -> None:
+    """(a move's step) The copy where the agent was is gone: its connections here go on."""
+    from lnk.move.moved import moved_in as settle
+
+    if settle(Machine.current(), agent_name, agent_id):
+        say("its connections and schedules go on here")
+
+
 @agent.command("moved-away", hidden=True)
 @agent_option
 @click.option("--id", "agent_id", required=True)

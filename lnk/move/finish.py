@@ -58,6 +58,7 @@ def forward(
     e.set(phase="answering")
     fault("move:after-start")
     gone = steps.let_go(ends.src, e, ends.dst.name)
+    steps.moved_in(ends.dst, e)  # only now its bridge there polls and fires
     e.set(phase="cleaned")
     left(gone)
     set_location(machine, e.agent, e.agent_id, e.dst)

@@ -1,4 +1,5 @@
-"""A move's steps at the end it leaves: pause the agent, then leave for good.
+"""A move's steps at its ends: pause the agent, leave for good, and at the destination let
+its connections go on once the copy where it was is gone.
 
 Leaving: the agent stops here, its folders are kept aside, a note says where it went.
 """
@@ -88,3 +89,16 @@ def moved_away(machine: Machine, name: str | None, agent_id: str, to: str) -> Le
         kept=str(note["kept"]),
         schedule=BackupSchedule.from_json(sched) if isinstance(sched, dict) else None,
     )
+
+
+def moved_in(machine: Machine, name: str | None, agent_id: str) -> bool:
+    """(``agent moved-in``) The copy where the agent was is gone: its connections and
+    schedules here go on (the hold its move's final wrote goes).  True if one was held."""
+    a = registry.find(machine, name)
+    if a.id != agent_id:
+        raise UsageError(f"{a.name} here is {a.id}, not {agent_id}", hint="nothing was changed")
+    hold = machine.hold_file(a.id)
+    if not hold.exists():
+        return False
+    hold.unlink()
+    return True

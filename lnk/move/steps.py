@@ -110,6 +110,11 @@ def let_go(src: Leg, e: Entry, to: str) -> Left:
     return src.ask([*args, "--json"], Left)
 
 
+def moved_in(dst: Leg, e: Entry) -> None:
+    """The copy where the agent was is gone: its connections where it went go on."""
+    dst.run(["agent", "moved-in", "--agent", e.agent, "--id", e.agent_id])
+
+
 def holds(leg: Leg, e: Entry) -> bool:
     """Whether the agent (by ID) lives at this place, as its own lnk says; TransportError
     when the place doesn't answer."""

@@ -7,7 +7,8 @@ from then on the apply is decided and rolls forward (here, or at the next
     1. the agent's state is replaced wholly: the old Agent/ is renamed aside
        and the staged one renamed into place
     2. its files are added to Home/: overwritten, never deleted
-    3. Config/sandbox.toml and the settings file are replaced
+    3. Config/sandbox.toml and the settings file are replaced (a move's final first
+       writes the hold on the agent's connections: ``<runtime>/connections.hold``)
     4. the receiver (its key, staged objects, the old Agent/) is deleted
 """
 
@@ -245,6 +246,8 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
     """
     plan = json.loads((r.dir / JOURNAL).read_text())
     root = Path(plan["agent_root"])
+    if plan.get("hold"):  # before the settings exist here: no bridge acts meanwhile
+        _hold(Path(plan["hold"]))
     work = r.dir / "work"
     for sub in ("", "Home", "Config"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -279,6 +282,14 @@ def apply(r: Receiver, before_cleanup: Callable[[list[str]], None] | None = None
             before_cleanup(skipped)
     r.abandon()
     return {"skipped": skipped}
+
+
+def _hold(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(path, "w") as f:
+        f.write("held by a move until the copy where it was is gone\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _merge_home(src: Path, dest: Path) -> list[str]:

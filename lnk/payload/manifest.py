@@ -57,7 +57,14 @@ SUMMARY_KEYS = ("entries", "files", "data_bytes", "collections", "records")
 PHASES = ("full", "bulk", "final")
 
 # where files may go: Home and the agent's file-kept folders (chats/ travels as collections)
-FILE_ROOTS = ("Home", "Agent/instructions", "Agent/skills", "Agent/memory", "Agent/schedule")
+FILE_ROOTS = (
+    "Home",
+    "Agent/instructions",
+    "Agent/skills",
+    "Agent/memory",
+    "Agent/schedule",
+    "Agent/connections",  # the bridge's state: a Telegram offset, the ledgers (never sandboxed)
+)
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 KINDS = {"f": "file", "d": "folder", "l": "symbolic link"}
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()

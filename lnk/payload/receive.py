@@ -125,6 +125,9 @@ def _settings_here(
         s = Settings.from_toml(data, "the stream's settings")
     except LnkError as e:
         raise M.bad(e.message) from e
+    # the cutover: every commit here raises the epoch, so a bridge of the copy before acts
+    # no more (lnk.connections.fence)
+    s.epoch = max(s.epoch, existing.settings.epoch if existing is not None else 0) + 1
     if existing is not None:
         s.port_base, s.port_count = existing.settings.port_base, existing.settings.port_count
     else:
@@ -315,6 +318,9 @@ def _commit(
                 "agent_root": str(agent_root),
                 "settings_file": str(machine.settings_file(head.name)),
                 "moved_note": str(machine.state_dir / "moved" / f"{head.agent_id}.json"),
+                # a move's final: the agent's connections wait until the copy where it was
+                # is gone (the move's moved-in step), so an undone move answers nothing twice
+                "hold": str(machine.hold_file(head.agent_id)) if head.phase == "final" else None,
                 "drop_kept": kept_base,
                 "adopt": adopt,
             },

@@ -9,10 +9,11 @@ Started in the background by the service layer (stdout/stderr to
 2. starts the harness: sandboxed, under bubblewrap, serving on a unix socket
    in ``~/.lnk/agents/.net/<id>/`` with a relay from host
    ``127.0.0.1:<endpoint port>``; or, with the sandbox off, directly on that port;
-3. once the harness listens, writes ``<runtime>/endpoint.json``;
+3. once the harness listens, writes ``<runtime>/endpoint.json`` and starts the
+   agent's bridge (its connections and schedules: ``bridge_proc.py``);
 4. if the harness dies, writes ``<runtime>/exit.json`` and exits non-zero;
-   on SIGTERM/SIGINT stops the harness and the relay, removes ``key`` and
-   ``endpoint.json`` and exits 0.
+   on SIGTERM/SIGINT stops the bridge first, then the harness and the relay,
+   removes ``key`` and ``endpoint.json`` and exits 0.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
 from lnk.bridges.proof import new_key
 from lnk.errors import LnkError, NotFound, PortsUnavailable
+from lnk.runtime.bridge_proc import BridgeProcess
 from lnk.runtime.proxy import AgentProxy
 from lnk.runtime.startup import (
     READY_TIMEOUT_S,
@@ -106,6 +108,7 @@ class Runner:
         self.spec = Spec()
         self.cgroup: limits.Cgroup | None = None
         self.stopping = threading.Event()
+        self.bridge = BridgeProcess(agent.id, agent.machine.home, log)
 
     @property
     def runtime(self) -> Path:
@@ -253,8 +256,10 @@ class Runner:
             },
         )
         log(f"agent {self.agent.name} answers on 127.0.0.1:{port}")
+        self.bridge.start()
 
     def stop_harness(self) -> None:
+        self.bridge.stop()  # first: its polling and firing end before the harness's last turn
         proc = self.proc
         if proc is None or proc.poll() is not None:
             if self.relay is not None:
@@ -316,6 +321,8 @@ class Runner:
             try:
                 code = self.proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
+                if not self.stopping.is_set():
+                    self.bridge.check()
                 continue
             if self.stopping.is_set():
                 break

@@ -31,6 +31,7 @@ from lnk.errors import AgentNotRunning
 from lnk.harness.client import status as harness_status
 from lnk.logs import tail_lines
 from lnk.protocol import Status
+from lnk.runtime.bridge_proc import kill_stray
 from lnk.runtime.proxy_log import last_refusal
 from lnk.runtime.startup import check_grants
 from lnk.sandbox.bwrap import check_bwrap
@@ -188,6 +189,7 @@ def stop(agent: Agent, timeout: float = 150.0) -> bool:
     pid = runner_pid(agent)
     if pid is None:
         (agent.runtime / "runner.pid").unlink(missing_ok=True)
+        kill_stray(agent.runtime, agent.id)  # its runner died (kill -9): the bridge goes too
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -195,6 +197,7 @@ def stop(agent: Agent, timeout: float = 150.0) -> bool:
         time.sleep(0.05)
     if pid_alive(pid):
         os.killpg(pid, signal.SIGKILL) if _is_group_leader(pid) else os.kill(pid, signal.SIGKILL)
+    kill_stray(agent.runtime, agent.id)  # stopped by its runner; one left behind goes now
     (agent.runtime / "runner.pid").unlink(missing_ok=True)
     (agent.runtime / "endpoint.json").unlink(missing_ok=True)
     (agent.runtime / "key").unlink(missing_ok=True)
