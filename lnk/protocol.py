@@ -159,6 +159,7 @@ class Status(Answer):
     refused: dict[str, Any] | None = None
     backup: dict[str, Any] | None = None
     model: str | None = None
+    connections: dict[str, Any] | None = None  # the bridge's word (bridge.json): held, telegram
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ class AgentRow(Answer):
     folder: str = ""
     sandboxed: bool | None = None
     port: int | None = None
+    bots: dict[str, Any] | None = None  # its connections, as its settings keep them
 
 
 @dataclass(frozen=True)

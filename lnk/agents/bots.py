@@ -44,8 +44,9 @@ def _bad(where: str, what: str) -> InvalidInput:
 
 
 def check_api_url(url: object, where: str = "given") -> str:
-    """A Bot API base URL: https, or http to this machine's loopback alone (a test server);
-    no user, query or fragment (the token goes into its path)."""
+    """A Bot API base URL: https, or http to an address of this machine or of a private
+    network alone (a Bot API server of your own, as tdlib/telegram-bot-api runs, or a
+    test's); no user, query or fragment (the token goes into its path)."""
     if not isinstance(url, str) or not 0 < len(url) <= 200:
         raise _bad(where, "an api URL that is not a short text")
     try:
@@ -54,13 +55,13 @@ def check_api_url(url: object, where: str = "given") -> str:
         u.port  # noqa: B018 (a port that is not a number raises here)
     except ValueError as e:
         raise _bad(where, f"an api URL that does not parse ({e})") from None
-    loopback = host == "localhost"
+    near = host == "localhost"
     with contextlib.suppress(ValueError):
-        loopback = loopback or ipaddress.ip_address(host).is_loopback
+        near = near or ipaddress.ip_address(host).is_private
     if u.scheme not in ("https", "http") or not host or u.username or u.query or u.fragment:
         raise _bad(where, "an api URL that is not https://HOST[/PATH]")
-    if u.scheme == "http" and not loopback:
-        raise _bad(where, "an http:// api URL to another machine (the token would travel bare)")
+    if u.scheme == "http" and not near:
+        raise _bad(where, "an http:// api URL to a public address (the token would travel bare)")
     return url.rstrip("/")
 
 

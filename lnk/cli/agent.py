@@ -199,6 +199,12 @@ def status(agent_name: str | None, as_json: bool) -> None:
         out(f"problem: {st.problem}")
     if st.warning:
         out(f"warning: {st.warning}")
+    for name, part in (st.connections or {}).items():  # the bridge's word: foreign, escaped
+        if isinstance(part, dict):
+            note = f" ({part['note']})" if part.get("note") else ""
+            out(f"{name}: {part.get('state', '?')}{note}")
+        else:
+            out(f"connections: held {part}")
     if st.refused:  # the agent's proxy's last refusal
         r = st.refused
         out(f"refused: {r.get('host')}:{r.get('port')} at {r.get('at')} ({r.get('why')})")

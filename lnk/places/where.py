@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lnk.agents import registry
+from lnk.agents.bots import public
 from lnk.agents.layout import Machine
 from lnk.errors import LnkError, NotFound, UsageError
 from lnk.places import boxes
@@ -184,6 +185,7 @@ def list_everywhere(machine: Machine, *, ask_boxes: bool = True) -> AgentList:
                 folder=str(a.folders.root),
                 sandboxed=st.sandboxed,
                 port=st.ports[0] if st.ports else None,
+                bots=public(a.settings.bots),
             )
         )
     seen = {r.id for r in rows}

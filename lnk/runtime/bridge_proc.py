@@ -78,6 +78,8 @@ def kill_stray(runtime: Path, agent_id: str, timeout: float = STOP_S) -> bool:
         return False
     if MODULE.encode() not in cmdline or agent_id.encode() not in cmdline:
         return False  # a pid used again by something else
+    if _runner_of(pid, agent_id):
+        return False  # its runner lives (one started by hand, with no pidfile): it stops it
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -87,3 +89,13 @@ def kill_stray(runtime: Path, agent_id: str, timeout: float = STOP_S) -> bool:
         os.kill(pid, signal.SIGKILL)
     (runtime / "bridge.pid").unlink(missing_ok=True)
     return True
+
+
+def _runner_of(pid: int, agent_id: str) -> bool:
+    """Whether ``pid``'s parent is a live runner of this agent."""
+    try:
+        ppid = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1]
+        cmdline = Path(f"/proc/{ppid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, IndexError):
+        return False
+    return b"lnk.runtime.runner" in cmdline and agent_id.encode() in cmdline

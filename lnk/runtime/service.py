@@ -267,4 +267,18 @@ def status(agent: Agent, ask: bool = True) -> Status:
         refused=last_refusal(agent.runtime),
         backup=backup,
         model=describe_model(s.model, key_place(agent.machine, s.id, s.model)),
+        connections=_connections(agent) if pid is not None else None,
     )
+
+
+def _connections(agent: Agent) -> dict[str, Any] | None:
+    """What the agent's bridge says of its connections (bridge.json), known keys alone."""
+    doc = read_json(agent.runtime / "bridge.json") or {}
+    out: dict[str, Any] = {}
+    if agent.machine.hold_file(agent.id).exists():
+        out["held"] = "by a move until the copy where it was is gone"
+    for name in ("telegram", "schedule"):
+        part = doc.get(name)
+        if isinstance(part, dict):
+            out[name] = {k: str(v)[:300] for k, v in part.items() if k in ("state", "note", "jobs")}
+    return out or None

@@ -4,8 +4,11 @@ paired with a bot on the test Bot API server through the real ``lnk`` command li
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -82,3 +85,69 @@ def bridge_log(home: Path, agent: str = "main") -> str:
     a = registry.find(Machine(home), agent)
     p = a.runtime / "harness.log"
     return p.read_text(errors="replace") if p.exists() else ""
+
+
+class People:
+    """The owner writing every ``every`` seconds (and, with ``stranger``, someone else too),
+    from a thread, while a test moves the agent; what each message's update ID was."""
+
+    def __init__(
+        self, telegram: BotApiServer, tag: str, every: float = 0.1, stranger: int = 0
+    ) -> None:
+        self.telegram, self.tag, self.every, self.stranger = telegram, tag, every, stranger
+        self.sent: dict[int, str] = {}  # update_id -> text
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(self.every):
+            text = f"{self.tag}-{i}"
+            u = self.telegram.user_says(TOKEN, user_id=OWNER, text=text, first_name="Owner")
+            self.sent[int(u["update_id"])] = text
+            if self.stranger:
+                self.telegram.user_says(TOKEN, user_id=self.stranger, text=f"stranger {text}")
+            i += 1
+
+    def __enter__(self) -> People:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+ANSWER = re.compile(r"you said: (.*) \(message \d+ in (\S+)\)$", re.S)
+
+
+def answered_once(telegram: BotApiServer, texts: list[str], unknown: set[str]) -> dict[str, int]:
+    """Every text's answer reached the owner exactly once, or (if its update is ``unknown``)
+    at most once; nobody else was ever sent anything.  Counts by outcome."""
+    got: dict[str, int] = {}
+    for e in telegram.sent(TOKEN):
+        assert e["chat_id"] == OWNER, f"a message to chat {e['chat_id']}: {e['text'][:80]!r}"
+        m = ANSWER.search(e["text"])
+        if m:
+            got[m[1]] = got.get(m[1], 0) + 1
+    twice = {t: n for t, n in got.items() if n > 1}
+    assert not twice, f"answered more than once: {sorted(twice)[:10]}"
+    missing = [t for t in texts if t not in got and t not in unknown]
+    assert not missing, f"never answered: {missing[:10]}"
+    return {
+        "texts": len(texts),
+        "answered": sum(1 for t in texts if t in got),
+        "unknown": len(unknown),
+    }
+
+
+def ledger_rows(home: Path, agent: str, query: str) -> list[tuple[Any, ...]]:
+    a = registry.find(Machine(home), agent)
+    db = sqlite3.connect(a.folders.connections / "telegram" / "ledger.sqlite")
+    try:
+        return list(db.execute(query))
+    finally:
+        db.close()

@@ -155,8 +155,11 @@ class BotApiServer:
     and the conflict hold use real time. ``conflict_delay``: how long a 409 that comes within 3 s
     of the last is held (3 s on Telegram; 0 holds none). All state is behind one lock."""
 
-    def __init__(self, *, conflict_delay: float = 3.0, seed: int | None = None) -> None:
+    def __init__(
+        self, *, conflict_delay: float = 3.0, seed: int | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self.conflict_delay = conflict_delay
+        self.host = host
         self.base_url = ""
         self._cond = threading.Condition()
         self._bots: dict[str, Bot] = {}
@@ -254,9 +257,9 @@ class BotApiServer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._httpd = _Http(("127.0.0.1", 0), _Handler)
+        self._httpd = _Http((self.host, 0), _Handler)
         self._httpd.api = self
-        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self.base_url = f"http://{self.host}:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
