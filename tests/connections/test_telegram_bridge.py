@@ -213,8 +213,10 @@ def test_the_bridge_lives_and_dies_with_its_runner(
     )
     telegram.user_says(TOKEN, user_id=OWNER, text="after the kill")
     wait_for("its answer", lambda: any("after the kill" in t for t in sent_texts(telegram)))
+    harness = int(running.endpoint["harness_pid"])
     os.kill(running.proc.pid, signal.SIGKILL)  # the runner: its bridge dies with it
     running.proc.wait()
+    os.kill(harness, signal.SIGKILL)  # unsandboxed, the harness outlives a killed runner
     wait_for(
         "the bridge gone",
         lambda: (
