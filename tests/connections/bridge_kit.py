@@ -24,6 +24,8 @@ from lnk.collections.base import CollectionId
 TOKEN = "4242:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
 OWNER = 42
 BOUND_S = 60.0  # what a test waits for at most (a bound: it ends as soon as it holds)
+JOB_TEXT = "tick"  # the fault matrix's job: every 2 s, its answer to the owner's chat
+JOB = f'cron = "* * * * * */2"\nmessage = "{JOB_TEXT}"\nthread = "telegram"\n'
 
 
 def wait_for(what: str, pred: Callable[[], Any], bound: float = BOUND_S) -> Any:
@@ -128,11 +130,15 @@ def answered_once(telegram: BotApiServer, texts: list[str], unknown: set[str]) -
     """Every text's answer reached the owner exactly once, or (if its update is ``unknown``)
     at most once; nobody else was ever sent anything.  Counts by outcome."""
     got: dict[str, int] = {}
+    whole: dict[str, int] = {}
     for e in telegram.sent(TOKEN):
         assert e["chat_id"] == OWNER, f"a message to chat {e['chat_id']}: {e['text'][:80]!r}"
+        whole[e["text"]] = whole.get(e["text"], 0) + 1
         m = ANSWER.search(e["text"])
-        if m:
+        if m and m[1] != JOB_TEXT:
             got[m[1]] = got.get(m[1], 0) + 1
+    again = [t[:80] for t, n in whole.items() if n > 1]
+    assert not again, f"sent more than once: {again[:5]}"
     twice = {t: n for t, n in got.items() if n > 1}
     assert not twice, f"answered more than once: {sorted(twice)[:10]}"
     missing = [t for t in texts if t not in got and t not in unknown]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from telegram_api import telegram
 
+from tests.hosts import Hosts, running_hosts
 from tests.move.move_helpers import World, kill_agents
 
 __all__ = ["telegram"]
@@ -23,3 +24,10 @@ def world(home: Path, tmp_path: Path) -> Iterator[World]:
         yield w
     finally:
         kill_agents([w.here, *w.boxes.values()])
+
+
+@pytest.fixture(scope="module")
+def conn_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
+    """SSH test hosts of the connections' tests' own (tag "c")."""
+    with running_hosts(tmp_path_factory.mktemp("conn-hosts"), tag="c") as hosts:
+        yield hosts
