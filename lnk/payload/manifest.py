@@ -81,8 +81,9 @@ def dir_mode(mode: int) -> int:
     return (mode & 0o777) | 0o700
 
 
-# the agent reads these and never writes them (the sandbox mounts them read-only)
-READ_ONLY_ROOTS = ("Agent/instructions", "Agent/skills")
+# the agent never writes these (the sandbox mounts them read-only, or not at all: the
+# bridge's connections)
+READ_ONLY_ROOTS = ("Agent/instructions", "Agent/skills", "Agent/connections")
 
 
 def read_only(path: str) -> bool:

@@ -226,6 +226,11 @@ class BotApiServer:
         with self._cond:
             return _copy([e for e in self._bots[token].log if chat_id in (None, e["chat_id"])])  # type: ignore[no-any-return]
 
+    def wait_sent(self, token: str, count: int, timeout: float) -> bool:
+        """Wait until the bot has sent (or edited) ``count`` messages in all; whether it did."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._bots[token].log) >= count, timeout)
+
     def pending(self, token: str) -> list[Json]:
         """The updates kept: neither confirmed nor expired."""
         with self._cond:
@@ -464,6 +469,7 @@ class BotApiServer:
         bot.log.append(
             {"method": method} | ids | {"text": msg["text"], "message": msg, "params": p}
         )
+        self._cond.notify_all()
         return msg
 
 
