@@ -224,3 +224,24 @@ def test_the_bridge_lives_and_dies_with_its_runner(
             or Path(f"/proc/{second}/stat").read_text().split()[2] == "Z"
         ),
     )
+
+
+def test_the_sandbox_neither_sees_nor_writes_the_bridges_state(home: Path) -> None:
+    """Real bwrap: Agent/connections is bound nowhere in the sandbox; schedule/ is writable."""
+    from lnk.agents import registry
+    from lnk.sandbox.bwrap import check_bwrap, sandboxed
+
+    a = registry.create(Machine(home), "boxed")
+    ledger = a.folders.connections / "telegram" / "ledger.sqlite"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_bytes(b"kept")
+    script = (
+        f"test -e {a.folders.connections} && echo SEEN; "
+        f"echo x > {ledger} 2>/dev/null && echo WROTE; "
+        f"echo 'message = \"x\"' > {a.folders.agent}/schedule/mine.toml && echo JOB"
+    )
+    r = sandboxed(a, ["/bin/sh", "-c", script], bwrap=check_bwrap(), runtime=False).run(
+        capture_output=True, text=True, timeout=60
+    )
+    assert "SEEN" not in r.stdout and "WROTE" not in r.stdout and "JOB" in r.stdout, r
+    assert ledger.read_bytes() == b"kept"
