@@ -35,7 +35,7 @@ from lnk.agents.bots import TELEGRAM, TELEGRAM_TOKEN, check_bots
 from lnk.agents.layout import Machine
 from lnk.agents.settings import read_raw
 from lnk.connections.fence import Fence, Gate, Stopped, read_key
-from lnk.connections.ledger import Ledger
+from lnk.connections.ledger import Ledger, LedgerInvalid
 from lnk.connections.scheduler import Scheduler
 from lnk.connections.telegram import TelegramWorker
 from lnk.connections.telegram_api import BotApi
@@ -121,7 +121,11 @@ class Bridge:
         return int(conf[1]) if conf is not None else None
 
     def telegram_out(self, out_id: str, chat: int, answer: str) -> None:
-        ledger = Ledger(telegram_dir(self.agent) / "ledger.sqlite")
+        try:
+            ledger = Ledger(telegram_dir(self.agent) / "ledger.sqlite")
+        except LedgerInvalid as e:  # its answer stays in the conversation alone
+            self.log.error("telegram: %s's answer is not sent: %s", out_id, e.message)
+            return
         try:
             ledger.add_out(out_id, chat, answer)
         finally:
@@ -160,6 +164,9 @@ class Bridge:
         if self.scheduler_run is None or (
             self.scheduler_run.crashed and not self.scheduler_run.thread.is_alive()
         ):
+            if self.scheduler_run is not None:
+                self._restarts += 1
+                self.gate.wait(min(30.0, float(self._restarts)))
             gate = self.gate.child()
             self.scheduler = Scheduler(
                 gate,

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from telegram_api import telegram
 
-from tests.hosts import Hosts, running_hosts
 from tests.move.move_helpers import World, kill_agents
 
 __all__ = ["telegram"]
@@ -26,8 +25,22 @@ def world(home: Path, tmp_path: Path) -> Iterator[World]:
         kill_agents([w.here, *w.boxes.values()])
 
 
-@pytest.fixture(scope="module")
-def conn_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
-    """SSH test hosts of the connections' tests' own (tag "c")."""
-    with running_hosts(tmp_path_factory.mktemp("conn-hosts"), tag="c") as hosts:
-        yield hosts
+_figures = {"cases": 0, "texts": 0, "answered": 0, "unknown": 0, "slots": 0}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """The fault matrix's figures, summed on the process that reports (xdist's too)."""
+    for name, figures in report.user_properties:
+        if name == "connection_figures" and report.when == "call" and report.passed:
+            _figures["cases"] += 1
+            for k in ("texts", "answered", "unknown", "slots"):
+                _figures[k] += int(figures[k])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _figures["cases"]:
+        f = _figures
+        terminalreporter.write_line(
+            f"connections fault matrix: {f['cases']} cases passed, {f['texts']} updates, "
+            f"{f['answered']} answered once, {f['unknown']} unknown, {f['slots']} slots fired once"
+        )

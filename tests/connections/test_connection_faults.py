@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import sqlite3
 import threading
@@ -26,12 +25,10 @@ from bridge_kit import (
     sent_texts,
     wait_for,
 )
+from hosts import Hosts
 from telegram_api import BotApiServer
 
-from tests.hosts import Hosts
 from tests.move.move_helpers import AGENT, HERE, World, kill_agents, make_agent
-
-FIGURES: dict[str, int] = {"cases": 0, "updates": 0, "answered": 0, "unknown": 0, "slots": 0}
 
 # (victim, fault point or how, where the agent ends)
 CASES = [
@@ -88,7 +85,7 @@ def _settle(world: World, place: str, telegram: BotApiServer, people: People) ->
         left = [t for t in texts if f"you said: {t} (" not in got]
         return not (set(left) - unknown()) and telegram.pending(TOKEN) == []
 
-    wait_for("every message answered where the agent is", done, bound=120)
+    wait_for("every message answered where the agent is", done, bound=240)
     lost = unknown()
     figures = answered_once(telegram, texts, lost)
     slots = rows(
@@ -149,33 +146,32 @@ def _case(
     where = world.exactly_one(agent_id)
     assert where == (HERE if ends == "src" else dst)
     figures = _settle(world, where, telegram, people)
-    FIGURES["cases"] += 1
-    for k in ("texts", "answered", "unknown", "slots"):
-        FIGURES["updates" if k == "texts" else k] += figures[k]
     print(f"{victim} {point}: {figures}")
+    return figures
 
 
 @pytest.mark.parametrize(("victim", "point", "ends"), CASES, ids=[c[1] for c in CASES])
 def test_fault_here_to_box(
-    world: World, telegram: BotApiServer, victim: str, point: str, ends: str
+    request: pytest.FixtureRequest,
+    world: World,
+    telegram: BotApiServer,
+    victim: str,
+    point: str,
+    ends: str,
 ) -> None:
-    _case(world, telegram, victim, point, ends, "b1")
+    figures = _case(world, telegram, victim, point, ends, "b1")
+    request.node.user_properties.append(("connection_figures", figures))
 
 
-def test_fault_over_ssh(home: Path, conn_hosts: Hosts) -> None:
+def test_fault_over_ssh(request: pytest.FixtureRequest, home: Path, ssh_hosts: Hosts) -> None:
     """Here to a box over real sshd, the mover killed after the commit: the box answers."""
-    world = World(here=home, env={"LNK_SSH_COMMAND": conn_hosts.ssh_command})
-    world.add_ssh_box("hostA", conn_hosts["hostA"].home)
-    server = BotApiServer(host=conn_hosts.bridge_address)  # reached from the box's network
+    world = World(here=home, env={"LNK_SSH_COMMAND": ssh_hosts.ssh_command})
+    world.add_ssh_box("hostA", ssh_hosts["hostA"].home)
+    server = BotApiServer(host=ssh_hosts.bridge_address)  # reached from the box's network
     server.start()
     try:
-        _case(world, server, "mover", "move:after-commit", "dst", "hostA")
+        figures = _case(world, server, "mover", "move:after-commit", "dst", "hostA")
+        request.node.user_properties.append(("connection_figures", figures))
     finally:
         server.stop()
-        kill_agents([world.here, conn_hosts["hostA"].home])
-        shutil.rmtree(conn_hosts["hostA"].home / "Link", ignore_errors=True)
-
-
-def test_zz_figures() -> None:
-    """The matrix's figures, for the record (printed with -s)."""
-    print(f"connections fault matrix: {FIGURES}")
+        kill_agents([world.here, ssh_hosts["hostA"].home])  # its HOME is reset after
