@@ -84,6 +84,12 @@ TABLE: tuple[Rule, ...] = (
         "the mover's when the agent leaves it; the "
         "grants it has here when it comes back; else the stream's minus the wide ones",
     ),
+    Rule(
+        "epoch",
+        HERE,
+        "raised past both the stream's and the live copy's at every commit here, "
+        "so a bridge of an earlier copy acts no more",
+    ),
     Rule("harness grants", NEVER, "granted here for what the harness asks for here"),
 )
 
