@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lnk.backup.blobindex import BlobRef
 from lnk.backup.locks import holder_gone
 from lnk.backup.pack import pack_key
 from lnk.backup.reader import SnapshotReader
-from lnk.backup.repository import BlobRef, Repository, SnapshotInfo
+from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.backup.writer import SnapshotWriter
 from lnk.errors import InvalidInput, LnkError, NotFound
 

@@ -26,8 +26,9 @@ from typing import Any
 import zstandard
 
 from lnk.backup import crypto
+from lnk.backup.blobindex import BlobIndex, BlobRef
 from lnk.backup.pack import PACK_MAGIC, blob_aad, new_name, pack_key, run_info
-from lnk.backup.repository import BlobRef, Repository
+from lnk.backup.repository import Repository
 
 WORKERS = 2  # threads that name, compress and seal chunks
 QUEUE_BYTES = 8 << 20  # plaintext queued for sealing, across files (bounds memory)
@@ -73,7 +74,7 @@ class Packer:
         sealed = crypto.seal_to(repo.owner, data_key, run_info(repo, run_id))
         self._header = PACK_MAGIC + run_id + struct.pack(">H", len(sealed)) + sealed
         # blobs whose every copy a verify found damaged are left out: stored again
-        self._known: dict[bytes, BlobRef] | None = None
+        self._known: BlobIndex | None = None
         self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
         # loaded while the caller starts walking (its first use waits for it)
         self._known_f = self._uploader.submit(repo.load_index, skip_damaged=True, missing_ok=True)
@@ -92,7 +93,7 @@ class Packer:
         self.uploaded_blobs = 0
 
     @property
-    def known(self) -> dict[bytes, BlobRef]:
+    def known(self) -> BlobIndex:
         """Every blob the repository holds (not only in damaged packs), and this run's."""
         known = self._known
         if known is None:

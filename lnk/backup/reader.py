@@ -22,8 +22,9 @@ from typing import Any
 import zstandard
 
 from lnk.backup import crypto
+from lnk.backup.blobindex import BlobIndex, BlobRef
 from lnk.backup.pack import PACK_MAGIC, blob_aad, pack_key, pin_mmap_threshold, run_info
-from lnk.backup.repository import BlobRef, Repository
+from lnk.backup.repository import Repository
 from lnk.errors import BackupError, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 
@@ -67,7 +68,7 @@ class SnapshotReader:
         self.info = repo.snapshot(snapshot_id)
         # the snapshot's own packs; a blob missing there or failing to open is looked
         # for in every other pack (a backup after a verify may have stored it again)
-        self.index: dict[bytes, BlobRef] = repo.load_index(self.info.packs, missing_ok=True)
+        self.index: BlobIndex = repo.load_index(self.info.packs, missing_ok=True)
         self._copies: dict[bytes, list[BlobRef]] | None = None
         self._runs: dict[bytes, Any] = {}  # run ID -> the AES-GCM context of its data key
         self._local = threading.local()  # a zstd decompressor per thread

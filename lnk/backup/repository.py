@@ -30,6 +30,7 @@ from typing import Any
 import zstandard
 
 from lnk.backup import crypto
+from lnk.backup.blobindex import BlobIndex, BlobRef, IndexBuilder
 from lnk.errors import AlreadyExists, BackupError, FormatMismatch, NotFound, Refused
 from lnk.formats.keys import PublicKey, ReceiverKey, parse_public_key
 from lnk.transport.buckets import Bucket
@@ -41,19 +42,6 @@ PACK_SIZE = 16 * 1024 * 1024
 ENVELOPE_MAGIC = b"LNKBKE1\n"
 FETCHERS = 8  # concurrent GETs of small objects (indexes, snapshots)
 INDEX_SLICE = 32  # index documents fetched and held at once
-
-
-_KINDS = {"data": "data", "tree": "tree"}
-
-
-@dataclass(frozen=True, slots=True)
-class BlobRef:
-    """Where one blob lives: its pack, offset and stored length."""
-
-    pack: str
-    offset: int
-    length: int
-    kind: str
 
 
 @dataclass(frozen=True)
@@ -286,25 +274,28 @@ class Repository:
         *,
         skip_damaged: bool = False,
         missing_ok: bool = False,
-    ) -> dict[bytes, BlobRef]:
-        """blob id -> where it is, for ``packs`` (default: every indexed pack).
+    ) -> BlobIndex:
+        """blob id -> where it is, for ``packs`` (default: every indexed pack), compact
+        (:mod:`lnk.backup.blobindex`: about 54 bytes a blob).
 
         A blob stored twice maps to a copy in a pack no verify found damaged; with
         ``skip_damaged`` a blob whose every copy is in a damaged pack is left out, so
         a writer stores it again (that is how a repository heals)."""
         damaged = self.damaged_packs()
-        found: dict[bytes, BlobRef] = {}
+        found = IndexBuilder()
         for pack, doc in self.iter_indexes(packs, missing_ok=missing_ok):
             bad = pack in damaged
             if bad and skip_damaged:
                 continue
-            for blob_id, kind, offset, length in doc["blobs"]:
-                key = bytes.fromhex(blob_id)
-                if bad and key in found:
-                    continue
-                # one str per kind, not one per blob (a million blobs: 50 MB)
-                found[key] = BlobRef(pack, offset, length, _KINDS.get(kind, kind))
-        return found
+            found.add_pack(
+                pack,
+                (
+                    (bytes.fromhex(b), kind, offset, length)
+                    for b, kind, offset, length in doc["blobs"]
+                ),
+                bad,
+            )
+        return found.build()
 
     def blob_copies(self) -> dict[bytes, list[BlobRef]]:
         """blob id -> every copy the indexes list, copies in undamaged packs first."""

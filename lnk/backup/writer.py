@@ -29,10 +29,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from lnk.backup.blobindex import BlobIndex
 from lnk.backup.locks import lock_doc
 from lnk.backup.pack import pin_mmap_threshold
 from lnk.backup.packer import Packer, Queued
-from lnk.backup.repository import BlobRef, Repository
+from lnk.backup.repository import Repository
 from lnk.errors import BackupError, InvalidInput
 
 LOCK_REFRESH = 600.0  # seconds between refreshes of the in-progress marker
@@ -60,7 +61,7 @@ class SnapshotWriter:
         self.last_line = b""  # the tree line of the last file or blob added
 
     @property
-    def known(self) -> dict[bytes, BlobRef]:
+    def known(self) -> BlobIndex:
         """Every blob the repository holds (not only in damaged packs), and this run's."""
         return self._packs.known
 

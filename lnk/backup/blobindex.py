@@ -1,0 +1,265 @@
+"""Where each blob of a repository lives, in about 62 bytes a blob.
+
+A dict of :class:`BlobRef` costs about 245 bytes a blob (the key, the object,
+the dict's slot): 309 MiB for a million files' blobs, the whole of a backup's
+or a restore's peak.  :class:`BlobIndex` keeps the same ``Mapping`` shape over
+*segments* of fixed-width records sorted by blob ID, each with a fan-out table
+on the ID's first two bytes (git's pack index is the model) and the IDs' first
+8 bytes as an array of numbers that ``bisect`` searches in C.  What is set
+after the build (a run's new blobs, a copy a restore reads instead) goes in a
+dict that becomes a segment of its own every :data:`SEGMENT` entries; two
+segments of like size are merged, so a lookup probes a few.
+
+A record is ``id (32) | damaged (1) | pack number (4) | offset (8) | length (8) |
+kind number (1)``, big-endian: sorting whole records puts, for one ID, a copy
+in an undamaged pack before one in a damaged pack, and the build keeps the
+first.  Blob IDs are HMAC-SHA-256 outputs, evenly spread, so records are
+grouped on the first byte while they are collected and each group is sorted on
+its own: no list of every record is ever made.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar, overload
+
+ID_LEN = 32
+_TAIL = struct.Struct(">BIQQB")  # damaged, pack, offset, length, kind
+WIDTH = ID_LEN + _TAIL.size  # 54
+FANOUT = 1 << 16
+SEGMENT = 1 << 17  # entries set after the build, held in a dict until a segment is made
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """Where one blob lives: its pack, offset and stored length."""
+
+    pack: str
+    offset: int
+    length: int
+    kind: str
+
+
+class _Segment:
+    """Records sorted by ID (one per ID), their fan-out and their IDs' first 8 bytes."""
+
+    __slots__ = ("count", "fanout", "heads", "records")
+
+    def __init__(self, records: bytearray) -> None:
+        self.records = records
+        self.count = len(records) // WIDTH
+        self.fanout = array("Q", bytes(8 * (FANOUT + 1)))
+        for at in range(0, len(records), WIDTH):
+            self.fanout[((records[at] << 8) | records[at + 1]) + 1] += 1
+        for b in range(FANOUT):
+            self.fanout[b + 1] += self.fanout[b]
+        self.heads = array(
+            "Q",
+            (int.from_bytes(records[at : at + 8], "big") for at in range(0, len(records), WIDTH)),
+        )
+
+    def find(self, blob_id: bytes, bucket: int, head: int) -> int:
+        """The record's byte offset, or -1."""
+        lo, hi = self.fanout[bucket], self.fanout[bucket + 1]
+        if lo == hi:
+            return -1
+        heads, recs = self.heads, self.records
+        i = bisect_left(heads, head, lo, hi)
+        while i < hi and heads[i] == head:
+            at = i * WIDTH
+            if recs[at : at + ID_LEN] == blob_id:
+                return at
+            i += 1
+        return -1
+
+    def group(self, first: int) -> bytearray:
+        """The records whose ID starts with the byte ``first``."""
+        return self.records[self.fanout[first << 8] * WIDTH : self.fanout[(first + 1) << 8] * WIDTH]
+
+
+def _sorted_group(data: bytes | bytearray, out: bytearray) -> None:
+    """Append ``data``'s records to ``out`` sorted, the first of each ID only."""
+    if len(data) == WIDTH:
+        out += data
+        return
+    last = b""
+    for rec in sorted(bytes(data[i : i + WIDTH]) for i in range(0, len(data), WIDTH)):
+        if rec[:ID_LEN] != last:
+            out += rec
+            last = rec[:ID_LEN]
+
+
+class _Names:
+    """A table of strings (pack names, kinds) each kept once, by number."""
+
+    def __init__(self, limit: int) -> None:
+        self.names: list[str] = []
+        self._numbers: dict[str, int] = {}
+        self._limit = limit
+
+    def number(self, name: str) -> int:
+        n = self._numbers.get(name)
+        if n is None:
+            if len(self.names) >= self._limit:
+                raise ValueError(f"more than {self._limit} names in a blob index")
+            n = self._numbers[name] = len(self.names)
+            self.names.append(name)
+        return n
+
+
+class IndexBuilder:
+    """Collects records in any order; :meth:`build` sorts them into a :class:`BlobIndex`."""
+
+    def __init__(self) -> None:
+        self._groups = [bytearray() for _ in range(256)]
+        self.packs = _Names(2**32 - 1)
+        self.kinds = _Names(256)
+
+    def add_pack(
+        self, pack: str, blobs: Iterable[tuple[bytes, str, int, int]], damaged: bool
+    ) -> None:
+        """Every (ID, kind, offset, length) one pack's index lists."""
+        p = self.packs.number(pack)
+        pack_tail, groups, kind_number = _TAIL.pack, self._groups, self.kinds.number
+        bad = 1 if damaged else 0
+        for blob_id, kind, offset, length in blobs:
+            if len(blob_id) != ID_LEN:
+                raise ValueError(f"a blob ID of {len(blob_id)} bytes in pack {pack}")
+            g = groups[blob_id[0]]
+            g += blob_id
+            g += pack_tail(bad, p, offset, length, kind_number(kind))
+
+    def build(self) -> BlobIndex:
+        out = bytearray()
+        for first in range(256):
+            group, self._groups[first] = self._groups[first], bytearray()
+            _sorted_group(group, out)
+            del group
+        return BlobIndex(_Segment(out), self.packs, self.kinds)
+
+
+class BlobIndex(Mapping[bytes, BlobRef]):
+    """blob ID -> :class:`BlobRef`, compact; what is set later is kept compact too."""
+
+    def __init__(
+        self,
+        segment: _Segment | None = None,
+        packs: _Names | None = None,
+        kinds: _Names | None = None,
+    ) -> None:
+        # newest last; readers (the packer's sealing threads) take the list as it is:
+        # it is replaced, never changed in place
+        self._segments: list[_Segment] = [segment] if segment is not None else []
+        self._packs = packs or _Names(2**32 - 1)
+        self._kinds = kinds or _Names(256)
+        self._added: dict[bytes, BlobRef] = {}
+
+    @property
+    def compact_count(self) -> int:
+        """How many records the segments hold (an ID set again counts twice)."""
+        return sum(s.count for s in self._segments)
+
+    def _find(self, blob_id: bytes) -> tuple[_Segment, int] | None:
+        if len(blob_id) != ID_LEN:
+            return None
+        bucket = (blob_id[0] << 8) | blob_id[1]
+        head = int.from_bytes(blob_id[:8], "big")
+        for seg in reversed(self._segments):  # the newest word first
+            at = seg.find(blob_id, bucket, head)
+            if at >= 0:
+                return seg, at
+        return None
+
+    def _ref(self, seg: _Segment, at: int) -> BlobRef:
+        _bad, p, offset, length, k = _TAIL.unpack_from(seg.records, at + ID_LEN)
+        return BlobRef(self._packs.names[p], offset, length, self._kinds.names[k])
+
+    def __getitem__(self, blob_id: bytes) -> BlobRef:
+        ref = self.get(blob_id)
+        if ref is None:
+            raise KeyError(blob_id)
+        return ref
+
+    def __contains__(self, blob_id: object) -> bool:
+        if not isinstance(blob_id, bytes):
+            return False
+        return blob_id in self._added or self._find(blob_id) is not None
+
+    @overload
+    def get(self, blob_id: bytes, /) -> BlobRef | None: ...
+    @overload
+    def get(self, blob_id: bytes, default: BlobRef, /) -> BlobRef: ...
+    @overload
+    def get(self, blob_id: bytes, default: _T, /) -> BlobRef | _T: ...
+    def get(self, blob_id: bytes, default: object = None, /) -> object:
+        ref = self._added.get(blob_id)
+        if ref is not None:
+            return ref
+        found = self._find(blob_id)
+        return default if found is None else self._ref(*found)
+
+    def __setitem__(self, blob_id: bytes, ref: BlobRef) -> None:
+        """A blob stored by this run, or a copy found to read instead."""
+        if len(blob_id) != ID_LEN:
+            raise ValueError(f"a blob ID of {len(blob_id)} bytes")
+        self._added[blob_id] = ref
+        if len(self._added) >= SEGMENT:
+            self.compact()
+
+    def compact(self) -> None:
+        """Make what was set since into a segment, merging segments of like size."""
+        if not self._added:
+            return
+        recs = bytearray()
+        for blob_id in sorted(self._added):
+            r = self._added[blob_id]
+            p, k = self._packs.number(r.pack), self._kinds.number(r.kind)
+            recs += blob_id + _TAIL.pack(0, p, r.offset, r.length, k)
+        segments = [*self._segments, _Segment(recs)]
+        while len(segments) >= 2 and segments[-1].count * 2 >= segments[-2].count:
+            newer = segments.pop()
+            segments[-1] = _merge(segments[-1], newer)
+        self._segments = segments  # first, so a reader finds each entry in one or the other
+        self._added = {}
+
+    def __iter__(self) -> Iterator[bytes]:
+        seen = set(self._added)
+        yield from self._added
+        for seg in reversed(self._segments):
+            recs = seg.records
+            for at in range(0, len(recs), WIDTH):
+                blob_id = bytes(recs[at : at + ID_LEN])
+                if blob_id not in seen and (len(self._segments) == 1 or self._last(blob_id, seg)):
+                    yield blob_id
+
+    def _last(self, blob_id: bytes, seg: _Segment) -> bool:
+        """Whether ``seg`` is the newest segment holding ``blob_id``."""
+        found = self._find(blob_id)
+        return found is not None and found[0] is seg
+
+    def __len__(self) -> int:
+        if len(self._segments) <= 1:
+            return self.compact_count + sum(1 for k in self._added if self._find(k) is None)
+        return sum(1 for _ in self)
+
+
+def _merge(older: _Segment, newer: _Segment) -> _Segment:
+    """One segment of both; where both hold an ID, the newer's record."""
+    out = bytearray()
+    for first in range(256):
+        a, b = older.group(first), newer.group(first)
+        if not a or not b:
+            out += a or b
+            continue
+        ids = {bytes(b[i : i + ID_LEN]) for i in range(0, len(b), WIDTH)}
+        keep = bytearray(b)
+        for i in range(0, len(a), WIDTH):
+            if bytes(a[i : i + ID_LEN]) not in ids:
+                keep += a[i : i + WIDTH]
+        _sorted_group(keep, out)
+    return _Segment(out)
