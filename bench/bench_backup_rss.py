@@ -33,6 +33,7 @@ def lnk_rounds(tree: Path, master: Path, work: Path, out: Path) -> dict[str, Run
     home, home_b, repo = work / "home", work / "home-b", work / "repo"
     for p in (home, home_b, repo, out):
         shutil.rmtree(p, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
     subprocess_cp(master, home)
     repo.mkdir(parents=True)
     home_b.mkdir()
