@@ -251,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     pidfile = agent.runtime / "bridge.pid"
-    pidfile.write_text(f"{os.getpid()}\n")
+    # whole or not at all: a reader (the runner's cleanup, a status) never finds it empty
+    part = pidfile.with_name(f".bridge.pid.{os.getpid()}")
+    part.write_text(f"{os.getpid()}\n")
+    os.replace(part, pidfile)
     try:
         code = bridge.run()
     finally:
