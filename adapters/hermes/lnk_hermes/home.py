@@ -67,10 +67,10 @@ def install(req: dict[str, Any]) -> dict[str, Any]:
         raise AdapterFailure("install needs lnk's tools folder (an absolute path)")
     root = tools / f"{HARNESS}-{HARNESS_RELEASE}"
     if not (root / INSTALLED_MARK).exists():
-        quiet = {"stdin": subprocess.DEVNULL, "stdout": sys.stderr}
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True, **quiet)
+        venv = [sys.executable, "-m", "venv", "--clear", str(root)]
         pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, f"{HARNESS}=={HARNESS_RELEASE}"], check=True, **quiet)
+        for argv in (venv, [*pip, f"{HARNESS}=={HARNESS_RELEASE}"]):  # progress: on stderr
+            subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=sys.stderr)
         (root / INSTALLED_MARK).write_text(HARNESS_RELEASE + "\n")
     return {"root": str(root), "harness": HARNESS_RELEASE}
 
