@@ -135,7 +135,9 @@ class Hermes:
             sessions = SESSION_RE.findall(r.stderr)
             answer = r.stdout.strip()
             if r.returncode != 0 or not answer or not sessions:
-                last = (r.stderr.strip().splitlines() or ["no reason given"])[-1]
+                said = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+                said = [ln for ln in said if not SESSION_RE.match(ln.strip())]
+                last = (said or ["no reason given"])[-1]
                 raise Failure(502, f"Hermes's turn failed (exit {r.returncode}): {last[:300]}")
             number = int(row.get("count", 0)) + 2
             out = {"thread": thread, "text": answer, "message": number - 1, "number": number}
