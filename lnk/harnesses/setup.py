@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk.agents.registry import Agent
-from lnk.errors import Refused
+from lnk.errors import NotFound, Refused
 from lnk.harnesses import contract as C
 from lnk.harnesses.adapter import Adapter
 
@@ -118,3 +118,16 @@ def state(agent: Agent) -> C.State:
     tools = tools_dir(agent, adapter.harness)
     req = request(agent, agent.settings.sandbox, agent.settings.endpoint_port + 1, tools)
     return adapter.state(req, agent.folders)
+
+
+def checked_state(agent: Agent) -> C.State | None:
+    """Before a move or a backup sends an adapter's agent: its adapter's ``state``, each
+    path checked (a bad answer refuses the send).  None for Link's own harness, and where
+    the adapter isn't installed (a machine holding the agent without running it): what
+    travels is ``Agent/harness/`` whole either way, its databases as snapshots."""
+    if agent.settings.harness == "builtin":
+        return None
+    try:
+        return state(agent)
+    except NotFound:
+        return None

@@ -198,3 +198,19 @@ def test_the_command_line_shows_one_error_line_never_a_traceback(
     assert len(errors) == 1 and "control character" in errors[0], r.err
     assert "Traceback" not in r.err and "\x1b" not in r.err
     assert not (home / "Link" / "Agents" / "other").exists()
+
+
+def test_a_backup_of_an_agent_whose_adapter_names_a_state_path_outside_is_refused(
+    evil: registry.Agent, monkeypatch: pytest.MonkeyPatch, home: Path, tmp_path: Path
+) -> None:
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    answer(monkeypatch, "state", json.dumps({"paths": [{"path": "../../.ssh", "kind": "dir"}]}))
+    r = lnk("agent", "backup", "--agent", "work", "--to", f"file://{bucket}", home=home)
+    assert r.code != 0
+    errors = [line for line in r.err.splitlines() if line.startswith("lnk: error:")]
+    assert len(errors) == 1 and "answered state wrongly" in errors[0], r.err
+    assert "Traceback" not in r.err
+    answer(monkeypatch, "state", "")  # the good answer: backed up
+    r = lnk("agent", "backup", "--agent", "work", "--to", f"file://{bucket}", home=home)
+    assert r.code == 0, r.err
