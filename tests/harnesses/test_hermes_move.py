@@ -13,7 +13,7 @@ from lnkrun import lnk
 from servers import ModelServer
 from test_hermes_agent import KEY, chat, create_hermes, hermes_home, ok, rows
 
-from tests.move.move_helpers import AGENT, World, kill_agents
+from tests.move.move_helpers import AGENT, Chatter, World, kill_agents
 
 
 @pytest.fixture
@@ -120,3 +120,40 @@ def test_a_hermes_agent_backed_up_running_restores_on_a_fresh_machine(
         assert rows(fresh, AGENT)["sessions"] == before["sessions"]
     finally:
         ok("agent", "stop", "--agent", AGENT, home=fresh)
+
+
+def test_a_move_while_the_person_chats_loses_no_message_and_answers_none_twice(
+    world: World, model: ModelServer
+) -> None:
+    here, box = world.here, world.boxes["b1"]
+    start_chatting(here, model)
+    with Chatter(world, "m") as chatter:
+        world.ok("agent", "move", "--agent", AGENT, "--to", "b1")
+        chatter.stop()
+    after_there = list(chatter.sent)
+    with Chatter(world, "n") as back:
+        world.ok("agent", "move", "--agent", AGENT, "--here")
+        back.stop()
+    for c in (chatter, back):
+        assert not c.failed, c.failed
+        for text, said in c.answers.items():
+            assert said == f"tm heard {text}"
+    # what a later chat hands over (answers nobody waited for), once each
+    r = world.lnk("agent", "chat", "send", "--agent", AGENT, "--json", "last", timeout=300)
+    assert r.code == 0, r.err
+    handed = {e["text"]: e["answer"] for e in r.json().get("earlier", [])}
+    for c in (chatter, back):
+        for text, got in c.earlier.items():
+            handed.setdefault(text, got[0])
+            assert len(got) == 1
+    assert sorted(handed) == sorted(chatter.held + back.held)
+    assert all(a == f"tm heard {t}" for t, a in handed.items())
+    assert world.held_empty()
+    # Hermes's own record: one session, each message once, each answered once, in order
+    state = rows(here, AGENT)
+    assert len(state["sessions"]) == 1
+    said = [(role, text) for _, role, text in state["messages"]]
+    sent = ["one", *after_there, *back.sent, "last"]
+    assert [t for role, t in said if role == "user"] == sent
+    assert [t for role, t in said if role == "assistant"] == [f"tm heard {t}" for t in sent]
+    assert not (box / "Link" / "Agents" / AGENT).exists()
