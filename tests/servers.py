@@ -399,7 +399,8 @@ class ModelServer:
     """An OpenAI-compatible chat completions server over plain HTTP on loopback, logging
     every request's path and Authorization: answers ``<tag> heard <last message>``."""
 
-    def __init__(self, tag: str = "model") -> None:
+    def __init__(self, tag: str = "model", host: str = "127.0.0.1") -> None:
+        """``host``: the address it listens on (an SSH test host's bridge, say)."""
         import json
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -468,9 +469,9 @@ class ModelServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.port = int(self.server.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.base_url = f"http://{host}:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def keys(self) -> list[str | None]:

@@ -137,7 +137,8 @@ class Hermes:
             if r.returncode != 0 or not answer or not sessions:
                 said = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
                 said = [ln for ln in said if not SESSION_RE.match(ln.strip())]
-                last = (said or ["no reason given"])[-1]
+                errors = [ln for ln in said if re.search(r"error|fail", ln, re.IGNORECASE)]
+                last = (errors or said or ["no reason given"])[-1]
                 raise Failure(502, f"Hermes's turn failed (exit {r.returncode}): {last[:300]}")
             number = int(row.get("count", 0)) + 2
             out = {"thread": thread, "text": answer, "message": number - 1, "number": number}
