@@ -202,6 +202,7 @@ def status(agent_name: str | None, as_json: bool) -> None:
     out(f"endpoint: {st.endpoint}")
     out(f"sandboxed: {st.sandboxed}")
     out(f"store: {st.store}")
+    out(f"harness: {st.harness}")
     if st.model:
         out(f"model: {st.model}")
     if st.exit:

@@ -214,3 +214,14 @@ def test_a_backup_of_an_agent_whose_adapter_names_a_state_path_outside_is_refuse
     answer(monkeypatch, "state", "")  # the good answer: backed up
     r = lnk("agent", "backup", "--agent", "work", "--to", f"file://{bucket}", home=home)
     assert r.code == 0, r.err
+
+
+def test_settings_naming_a_harness_that_is_no_name_are_refused(
+    evil: registry.Agent, home: Path
+) -> None:
+    path = evil.settings_path
+    path.write_text(path.read_text().replace('harness = "evil"', 'harness = "../../bin/sh"'))
+    r = lnk("agent", "status", "--agent", "work", home=home)
+    assert r.code != 0 and "Traceback" not in r.err
+    errors = [line for line in r.err.splitlines() if line.startswith("lnk: error:")]
+    assert len(errors) == 1 and "not a harness name" in errors[0], r.err

@@ -77,7 +77,7 @@ def test_a_hermes_agent_starts_sandboxed_chats_and_stops(
     said = [m["content"] for m in last["body"]["messages"] if m["role"] == "user"]
     assert said[-2:] == ["hello hermes", "and again"]  # one Hermes session, resumed
     st = ok("agent", "status", "--agent", "work", "--json", home=home).json()
-    assert st["state"] == "running" and st["sandboxed"] is True
+    assert st["state"] == "running" and st["sandboxed"] is True and st["harness"] == "hermes"
     logs = ok("agent", "logs", "--agent", "work", home=home).out
     assert "harness hermes 0.19.0 (adapter 0.1.0, contract 1)" in logs
     assert "lnk-hermes: Hermes answers at /run/lnk/net/endpoint.sock" in logs
