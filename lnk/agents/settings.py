@@ -141,7 +141,7 @@ class Settings:
             raise InvalidInput(
                 f"the settings file {where} names the harness {s.harness!r}, not a harness "
                 "name (lowercase letters, digits and '-')",
-                hint="fix it by hand: harness = \"builtin\", or an adapter's name",
+                hint='fix it by hand: harness = "builtin", or an adapter\'s name',
             )
         if not ID_RE.match(s.id):
             raise InvalidInput(
