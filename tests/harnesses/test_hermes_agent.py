@@ -168,3 +168,20 @@ def test_the_adapter_answers_the_contract_on_its_own(hermes: Path) -> None:
     assert ask("install")["root"] == str(hermes.resolve())
     r = subprocess.run(["lnk-hermes", "configure"], input=b"[]", capture_output=True, timeout=60)
     assert r.returncode == 1 and r.stderr.decode().count("\n") == 1
+
+
+def test_a_hermes_agent_runs_without_its_sandbox_reading_the_key_from_its_variable(
+    hermes: Path, model: ModelServer, home: Path
+) -> None:
+    create_hermes(home, model)
+    ok("agent", "start", "--agent", "work", "--no-sandbox", home=home)
+    try:
+        assert chat(home, "unsandboxed") == "tm heard unsandboxed"
+        assert model.keys()[-1] == f"Bearer {KEY}"  # from $TEST_KEY of the starting shell
+        st = ok("agent", "status", "--agent", "work", "--json", home=home).json()
+        assert st["sandboxed"] is False
+        config = (hermes_home(home) / "config.yaml").read_text()
+        assert model.base_url in config and 'api_key: "${TEST_KEY}"' in config  # no key
+    finally:
+        ok("agent", "stop", "--agent", "work", home=home)
+    assert KEY.encode() not in (hermes_home(home) / ".env").read_bytes()

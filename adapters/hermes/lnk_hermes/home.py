@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,10 @@ def config_yaml(req: dict[str, Any]) -> str:
     ]
     if m.get("key"):
         lines.append(f"  api_key: {_yaml_text(m['key'])}")  # the placeholder: never the key
+    elif m.get("key_env"):  # unsandboxed: Hermes reads the variable (never the key on disk)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", str(m["key_env"])):
+            raise AdapterFailure(f"the key's variable {m['key_env']!r} is not a variable name")
+        lines.append(f"  api_key: {_yaml_text('${' + str(m['key_env']) + '}')}")
     lines += [
         "terminal:",
         f"  cwd: {_yaml_text(req['folders']['home'])}",

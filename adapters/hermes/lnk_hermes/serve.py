@@ -102,9 +102,6 @@ class Hermes:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["HERMES_HOME"] = str(self.home)
-        key_env = str(self.agent.get("key_env") or "")
-        if key_env and key_env != "OPENAI_API_KEY" and key_env in env:  # unsandboxed alone
-            env["OPENAI_API_KEY"] = env[key_env]
         return env
 
     def turn(self, thread: str, text: str, message_id: str | None) -> dict[str, Any]:
