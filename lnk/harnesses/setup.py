@@ -15,6 +15,7 @@ from typing import Any
 
 from lnk.agents.registry import Agent
 from lnk.errors import NotFound, Refused
+from lnk.harnesses import builtin
 from lnk.harnesses import contract as C
 from lnk.harnesses.adapter import Adapter
 
@@ -122,11 +123,11 @@ def state(agent: Agent) -> C.State:
 
 def checked_state(agent: Agent) -> C.State | None:
     """Before a move or a backup sends an adapter's agent: its adapter's ``state``, each
-    path checked (a bad answer refuses the send).  None for Link's own harness, and where
-    the adapter isn't installed (a machine holding the agent without running it): what
-    travels is ``Agent/harness/`` whole either way, its databases as snapshots."""
-    if agent.settings.harness == "builtin":
-        return None
+    path checked (a bad answer refuses the send).  None where the adapter isn't installed (a machine holding the agent without running it): what
+    travels is ``Agent/harness/`` whole either way, its databases as snapshots.  Link's
+    own harness answers in-process."""
+    if agent.settings.harness == builtin.NAME:
+        return builtin.state()  # its own answer, in-process
     try:
         return state(agent)
     except NotFound:

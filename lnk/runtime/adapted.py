@@ -9,7 +9,7 @@ the relay, with its proxy; or, unsandboxed, on the endpoint port.
 from __future__ import annotations
 
 from lnk.agents import registry
-from lnk.harnesses import setup
+from lnk.harnesses import builtin, setup
 from lnk.runtime.startup import proxy_port
 from lnk.sandbox import bwrap
 
@@ -37,3 +37,8 @@ def describe_start(started: setup.Started) -> str:
         f"installed in {started.installed.root}, "
         + ("configured again" if c.changed else "configuration unchanged (.lnk/configured)")
     )
+
+
+def describe_builtin() -> str:
+    d = builtin.describe()
+    return f"harness {d.name} {d.harness} (Link's own, in-process, contract {d.contract})"

@@ -215,6 +215,8 @@ class Runner:
         if adapted.is_adapted(self.agent):
             self.adapted = adapted.prepare(self.agent, self.sandboxed)
             log(adapted.describe_start(self.adapted))
+        else:
+            log(adapted.describe_builtin())
         if self.sandboxed:
             self.agent.net.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.agent.net, 0o700)

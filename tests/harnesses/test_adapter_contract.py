@@ -14,8 +14,8 @@ from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.settings import ModelSettings
 from lnk.errors import LnkError, NotFound, Refused
+from lnk.harnesses import builtin, setup
 from lnk.harnesses import contract as C
-from lnk.harnesses import setup
 from lnk.harnesses.adapter import Adapter
 
 # one program: what it answers is chosen by EVIL (a JSON text printed as it is, or a mode)
@@ -225,3 +225,13 @@ def test_settings_naming_a_harness_that_is_no_name_are_refused(
     assert r.code != 0 and "Traceback" not in r.err
     errors = [line for line in r.err.splitlines() if line.startswith("lnk: error:")]
     assert len(errors) == 1 and "not a harness name" in errors[0], r.err
+
+
+def test_link_s_own_harness_answers_the_same_questions_in_process(home: Path) -> None:
+    agent = registry.create(Machine.current(), "mine")
+    d = builtin.describe()
+    assert (d.name, d.contract) == ("builtin", C.CONTRACT_VERSION) and d.adapter == d.harness
+    state = setup.checked_state(agent)
+    assert state is not None and C.StatePath("Home", "dir") in state.paths
+    assert C.StatePath("Agent/chats", "dir") in state.paths
+    assert builtin.needs() == C.Needs(("model",)) and builtin.internet_hosts().hosts == ()
