@@ -100,6 +100,20 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _is_inrelay(pid: int) -> bool:
+    try:
+        return b"lnk.sandbox.inrelay" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 class Runner:
     def __init__(self, agent: registry.Agent) -> None:
         self.agent = agent
@@ -297,8 +311,11 @@ class Runner:
     def _stop_proc(self, proc: subprocess.Popen[bytes]) -> None:
         # bwrap doesn't pass signals on: ask the harness inside to stop itself first
         inner = descendants(proc.pid) if self.sandboxed else []
-        leaves = [p for p in inner if not descendants(p)]  # the harness, not bwrap's init
-        # (the proxy's relay in the sandbox is the harness's parent: it ends with it)
+        # the harness: the proxy's relay's child in the sandbox (the relay ends with it),
+        # never a process of the harness's own (an adapter's endpoint runs its harness's
+        # turns as its children: it lets them end); else the leaves, not bwrap's init
+        harness = [k for p in inner if _is_inrelay(p) for k in _children(p)]
+        leaves = harness or [p for p in inner if not descendants(p)]
         for pid in leaves:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)

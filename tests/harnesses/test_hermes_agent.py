@@ -10,6 +10,9 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +188,34 @@ def test_a_hermes_agent_runs_without_its_sandbox_reading_the_key_from_its_variab
     finally:
         ok("agent", "stop", "--agent", "work", home=home)
     assert KEY.encode() not in (hermes_home(home) / ".env").read_bytes()
+
+
+def test_a_stop_lets_a_running_hermes_turn_end_and_answer(
+    hermes: Path, model: ModelServer, home: Path
+) -> None:
+    create_hermes(home, model)
+    ok("agent", "start", "--agent", "work", home=home)
+    model.gate = threading.Event()  # the model holds its answer until the stop is under way
+    answers: list[str] = []
+    chatting = threading.Thread(target=lambda: answers.append(chat(home, "slow")))
+    chatting.start()
+    wait_for(lambda: any("slow" in json.dumps(r.get("body")) for r in model.requests))
+    stopping = threading.Thread(target=lambda: ok("agent", "stop", "--agent", "work", home=home))
+    stopping.start()
+    log = next((home / ".lnk" / "agents").glob("ag-*")) / "harness.log"
+    wait_for(lambda: "lnk runner: stopping" in log.read_text())
+    model.gate.set()
+    chatting.join(120)
+    stopping.join(120)
+    assert answers == ["tm heard slow"]  # answered, not cut off by the stop
+    said = [(role, text) for _, role, text in rows(home)["messages"]]
+    assert said == [("user", "slow"), ("assistant", "tm heard slow")]
+
+
+def wait_for(cond: Callable[[], bool]) -> None:
+    """Until ``cond`` holds (each step a fraction of a second; a bound, never a timing)."""
+    for _ in range(1200):
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError("it never happened")

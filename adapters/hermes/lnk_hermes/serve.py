@@ -32,6 +32,7 @@ ENDPOINT_LABEL = b"lnk endpoint proof v1\0"
 MAX_BODY = 1 << 20
 TURN_TIMEOUT_S = 600.0
 WAIT_TURN_S = 60.0
+STOP_WAIT_S = 60.0  # a stop lets a running turn end (lnk's runner waits 70 s)
 KEEP_ANSWERS = 1000
 SESSION_RE = re.compile(r"session_id:\s*(\S+)")
 
@@ -98,11 +99,26 @@ class Hermes:
         self.home = home
         self.agent = json.loads((home / ".lnk" / "agent.json").read_text())
         self.store = Store(home)
+        self.running = 0  # turns under way: a stop lets them end (STOP_WAIT_S)
+        self.idle = threading.Condition()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self.idle:
+            return self.idle.wait_for(lambda: self.running == 0, timeout)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["HERMES_HOME"] = str(self.home)
         return env
+
+    def begin(self) -> None:
+        with self.idle:
+            self.running += 1
+
+    def end(self) -> None:
+        with self.idle:
+            self.running -= 1
+            self.idle.notify_all()
 
     def turn(self, thread: str, text: str, message_id: str | None) -> dict[str, Any]:
         if message_id and (done := self.store.answered(message_id)) is not None:
@@ -213,7 +229,13 @@ def make_handler(hermes: Hermes, key: bytes) -> type[BaseHTTPRequestHandler]:
                         raise Failure(400, "thread and text must be texts")
                     if mid is not None and not isinstance(mid, str):
                         raise Failure(400, "message_id must be a text")
-                    self._send(200, hermes.turn(thread, text, mid))
+                    hermes.begin()  # until its answer is written: a stop waits for it
+                    try:
+                        self._send(200, hermes.turn(thread, text, mid))
+                    except Failure as f:
+                        self._send(f.code, {"error": f.error, "hint": f.hint})
+                    finally:
+                        hermes.end()
                 else:
                     raise Failure(404, f"no {method} {self.path} here")
             except Failure as f:
@@ -246,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--port", type=int)
     a = p.parse_args(argv)
     key = Path(a.key_file).read_bytes()
-    handler = make_handler(Hermes(a.hermes, Path(a.home)), key)
+    hermes = Hermes(a.hermes, Path(a.home))
+    handler = make_handler(hermes, key)
     server: socketserver.BaseServer
     if a.unix:
         Path(a.unix).unlink(missing_ok=True)
@@ -265,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     print(f"lnk-hermes: Hermes answers at {a.unix or a.port}", flush=True)
     server.serve_forever()
-    server.server_close()
+    server.server_close()  # no new connection; the turns under way end and answer
+    hermes.wait_idle(STOP_WAIT_S)
     return 0
 
 
