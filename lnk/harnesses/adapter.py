@@ -2,9 +2,10 @@
 
 Each command gets the request as one JSON object on its standard input and
 answers one JSON object on its standard output, within a bounded time
-(:data:`TIMEOUTS`) and size (:data:`contract.MAX_ANSWER`); more is not read.
-Its standard error goes to lnk's (an adapter's progress is the person's to see,
-escaped). A non-zero exit is an error naming the adapter and its last line.
+(:data:`TIMEOUTS`) and size (:data:`contract.MAX_ANSWER`); more is not kept.
+Its standard error is read too (its first 64 KiB kept): a non-zero exit is one error
+naming the adapter, the command and that output's last line, escaped.  It runs as the
+user, outside every sandbox, with lnk's environment (an install needs its proxies).
 Link's own harness, ``builtin``, answers in-process (:mod:`lnk.harnesses.builtin`).
 """
 
