@@ -3,7 +3,7 @@
 Each command gets the request as one JSON object on its standard input and
 answers one JSON object on its standard output, within a bounded time
 (:data:`TIMEOUTS`) and size (:data:`contract.MAX_ANSWER`); more is not kept.
-Its standard error is read too (its first 64 KiB kept): a non-zero exit is one error
+Its standard error is read too (its last 64 KiB kept): a non-zero exit is one error
 naming the adapter, the command and that output's last line, escaped.  It runs as the
 user, outside every sandbox, with lnk's environment (an install needs its proxies).
 Link's own harness, ``builtin``, answers in-process (:mod:`lnk.harnesses.builtin`).
@@ -62,6 +62,14 @@ def _read_bounded(stream: IO[bytes], limit: int, into: list[bytes]) -> None:
         got += len(chunk)  # read on past the limit, keeping nothing, so the program ends
 
 
+def _read_tail(stream: IO[bytes], limit: int, into: list[bytes]) -> None:
+    """All of it read, its last ``limit`` bytes kept (where a failure says why)."""
+    tail = b""
+    while chunk := stream.read(65536):
+        tail = (tail + chunk)[-limit:]
+    into.append(tail)
+
+
 @dataclass(frozen=True)
 class Adapter:
     """One adapter program, asked with bounded time and size."""
@@ -90,7 +98,7 @@ class Adapter:
         assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
         readers = [
             threading.Thread(target=_read_bounded, args=(proc.stdout, C.MAX_ANSWER, out)),
-            threading.Thread(target=_read_bounded, args=(proc.stderr, MAX_STDERR, err)),
+            threading.Thread(target=_read_tail, args=(proc.stderr, MAX_STDERR, err)),
         ]
         for t in readers:
             t.start()

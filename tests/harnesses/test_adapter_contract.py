@@ -36,6 +36,9 @@ if mode == "huge" and cmd == os.environ.get("EVIL_CMD"):
     sys.stdout.write("[" + "1," * (2 << 20) + "1]")
 elif mode == "slow" and cmd == os.environ.get("EVIL_CMD"):
     time.sleep(30)
+elif mode == "fail" and cmd == os.environ.get("EVIL_CMD"):
+    sys.stderr.write("progress line\n" * 10000 + "it broke \x1b]52;c;aGk=\x07 here\n")
+    sys.exit(3)
 elif mode == "notjson" and cmd == os.environ.get("EVIL_CMD"):
     print("hello, I am not JSON")
 elif mode and cmd == os.environ.get("EVIL_CMD"):
@@ -235,3 +238,14 @@ def test_link_s_own_harness_answers_the_same_questions_in_process(home: Path) ->
     assert state is not None and C.StatePath("Home", "dir") in state.paths
     assert C.StatePath("Agent/chats", "dir") in state.paths
     assert builtin.needs() == C.Needs(("model",)) and builtin.internet_hosts().hosts == ()
+
+
+def test_a_failing_command_is_one_error_with_its_last_line_escaped(
+    evil: registry.Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer(monkeypatch, "install", "fail")
+    with pytest.raises(LnkError) as e:
+        start(evil)
+    assert e.value.message.startswith("lnk-evil install failed (exit 3): it broke")
+    assert "\x1b" not in e.value.message and "\n" not in e.value.message
+    assert "progress line" not in e.value.message
