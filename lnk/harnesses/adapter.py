@@ -81,7 +81,13 @@ class Adapter:
     def find(cls, harness: str) -> Adapter:
         return cls(harness, find(harness))
 
-    def ask(self, command: str, request: dict[str, Any], timeout: float | None = None) -> bytes:
+    def ask(
+        self,
+        command: str,
+        request: dict[str, Any],
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ) -> bytes:
         limit = timeout or TIMEOUTS.get(command, TIMEOUT_S)
         try:
             proc = subprocess.Popen(
@@ -89,7 +95,7 @@ class Adapter:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=dict(os.environ),
+                env=dict(os.environ) | (env or {}),
             )
         except OSError as e:
             raise LnkError(f"lnk-{self.harness} could not be run: {e}") from e
@@ -138,8 +144,9 @@ class Adapter:
         raw = self.ask("internet-hosts", {"contract": C.CONTRACT_VERSION})
         return C.Hosts.parse(raw, self.harness)
 
-    def install(self, tools: Path) -> C.Installed:
-        raw = self.ask("install", {"contract": C.CONTRACT_VERSION, "tools": str(tools)})
+    def install(self, tools: Path, env: dict[str, str] | None = None) -> C.Installed:
+        req = {"contract": C.CONTRACT_VERSION, "tools": str(tools)}
+        raw = self.ask("install", req, env=env)
         return C.Installed.parse(raw, self.harness)
 
     def configure(self, request: dict[str, Any], folders: AgentFolders) -> C.Configured:

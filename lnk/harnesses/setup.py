@@ -9,6 +9,8 @@ key; the proxy adds the real key outside the sandbox).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,16 +91,29 @@ def check_needs(adapter: Adapter, needs: C.Needs, sandboxed: bool) -> None:
         )
 
 
+InstallEnv = Callable[[C.Hosts], AbstractContextManager[dict[str, str]]]
+
+
 def prepare(
-    agent: Agent, sandboxed: bool, proxy_port: int, listen: dict[str, Any], key_file: str
+    agent: Agent,
+    sandboxed: bool,
+    proxy_port: int,
+    listen: dict[str, Any],
+    key_file: str,
+    install_env: InstallEnv | None = None,
 ) -> Started:
-    """Ask the agent's adapter everything a start needs, in the contract's order."""
+    """Ask the agent's adapter everything a start needs, in the contract's order.
+
+    ``install_env`` gives the install's environment for the hosts the adapter lists (the
+    runtime's: a proxy reaching those alone)."""
     adapter = Adapter.find(agent.settings.harness)
     described = adapter.describe()
     check_needs(adapter, adapter.needs(), sandboxed)
+    hosts = adapter.internet_hosts()
     tools = tools_dir(agent, adapter.harness)
     tools.mkdir(parents=True, exist_ok=True, mode=0o700)
-    installed = adapter.install(tools)
+    with install_env(hosts) if install_env is not None else nullcontext({}) as env:
+        installed = adapter.install(tools, env)
     req = request(agent, sandboxed, proxy_port, tools)
     req["install"] = {"root": installed.root, "harness": installed.harness}
     (agent.folders.agent / C.HARNESS_DIR).mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -36,6 +36,16 @@ if mode == "huge" and cmd == os.environ.get("EVIL_CMD"):
     sys.stdout.write("[" + "1," * (2 << 20) + "1]")
 elif mode == "slow" and cmd == os.environ.get("EVIL_CMD"):
     time.sleep(30)
+elif mode == "fetch" and cmd == "install":  # what its proxy lets it reach
+    import urllib.request
+    for url in os.environ["EVIL_URLS"].split():
+        try:
+            urllib.request.urlopen(url, timeout=20).read()
+            print("reached", url, file=sys.stderr)
+        except Exception as e:
+            print("refused", url, getattr(e, "code", e), file=sys.stderr)
+    print("proxy", os.environ.get("HTTPS_PROXY", "none"), os.environ.get("NO_PROXY"), file=sys.stderr)
+    sys.exit(9)
 elif mode == "fail" and cmd == os.environ.get("EVIL_CMD"):
     sys.stderr.write("progress line\n" * 10000 + "it broke \x1b]52;c;aGk=\x07 here\n")
     sys.exit(3)
@@ -249,3 +259,25 @@ def test_a_failing_command_is_one_error_with_its_last_line_escaped(
     assert e.value.message.startswith("lnk-evil install failed (exit 3): it broke")
     assert "\x1b" not in e.value.message and "\n" not in e.value.message
     assert "progress line" not in e.value.message
+
+
+def test_an_install_reaches_only_the_hosts_its_adapter_lists(
+    evil: registry.Agent, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The runner's install goes through a proxy granting internet-hosts alone: this
+    machine's servers (here, a ModelServer) are refused to it."""
+    from servers import ModelServer
+
+    from lnk.runtime import adapted
+
+    server = ModelServer("local")
+    try:
+        monkeypatch.setenv("EVIL", "fetch")
+        monkeypatch.setenv("EVIL_URLS", f"{server.base_url}/models http://example.invalid/")
+        with pytest.raises(LnkError, match="install failed") as e:
+            adapted.prepare(evil, True)
+        assert server.requests == []  # never reached
+        log = e.value.message
+        assert "proxy http://127.0.0.1:" in log and "None" not in log, log
+    finally:
+        server.stop()
