@@ -33,6 +33,7 @@ HARNESS_DIR = "harness"  # Agent/harness/: an adapter's harness's home, a file r
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 STATE_KINDS = ("file", "dir", "sqlite")
+HOST_ONLY = ("/proc", "/sys", "/dev", "/run")  # never shown to a sandbox from the host
 # what an adapter may ask of the sandbox (needs): lnk grants these and nothing else
 KNOWN_NEEDS = ("model", "harness-home", "tools")
 _BIDI = frozenset({0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)})
@@ -291,6 +292,10 @@ def check_read_dir(r: Reader, path: str, folders: AgentFolders, home: Path) -> s
     of its ancestors, never lnk's settings, state or another agent's folders, unless it
     is the machine's tools folder (``~/.lnk/tools``)."""
     tools = home / ".lnk" / "tools"
+    # the host's processes (their environments: lnk's runner holds the model's key),
+    # devices and runtime files, or the machine's shared /tmp, over the sandbox's own
+    if any(_under(path, Path(p)) for p in HOST_ONLY) or path == "/tmp":
+        raise r.fail(f"read {path!r} would show the host's {path} in the sandbox")
     if _under(str(home), Path(path)):
         raise r.fail(f"read {path!r} would show all of HOME")
     if _under(path, home) and not _under(path, tools):
