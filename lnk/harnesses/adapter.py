@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -113,8 +114,10 @@ class Adapter:
             proc.stdin.close()
         except BrokenPipeError:
             pass
+        deadline = time.monotonic() + limit
+        readers[0].join(limit)  # its answer's end first: then the exit is at hand (no polling)
         try:
-            code = proc.wait(timeout=limit)
+            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired as e:
             proc.kill()
             proc.wait()
