@@ -84,9 +84,16 @@ def test_a_hermes_agent_starts_sandboxed_chats_and_stops(
     logs = ok("agent", "logs", "--agent", "work", home=home).out
     assert "harness hermes 0.19.0 (adapter 0.1.0, contract 1)" in logs
     assert "lnk-hermes: Hermes answers at /run/lnk/net/endpoint.sock" in logs
+    assert "configured again" in logs  # the first start wrote config.yaml and .env
     ok("agent", "stop", "--agent", "work", home=home)
     st = ok("agent", "status", "--agent", "work", "--json", home=home).json()
     assert st["state"] == "stopped"
+    config = (hermes_home(home) / "config.yaml").stat()
+    ok("agent", "start", "--agent", "work", home=home)  # nothing changed: nothing written
+    logs = ok("agent", "logs", "--agent", "work", home=home).out
+    assert "configuration unchanged (.lnk/configured)" in logs
+    assert (hermes_home(home) / "config.yaml").stat().st_mtime_ns == config.st_mtime_ns
+    ok("agent", "stop", "--agent", "work", home=home)
     # Hermes's own sessions in its state.db, in the agent's Agent/harness
     state = rows(home)
     assert len(state["sessions"]) == 1
