@@ -89,14 +89,9 @@ def descendants(pid: int) -> list[int]:
     out: list[int] = []
     todo = [pid]
     while todo:
-        p = todo.pop(0)
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        for k in kids:
-            out.append(int(k))
-            todo.append(int(k))
+        kids = _children(todo.pop(0))
+        out += kids
+        todo += kids
     return out
 
 
