@@ -177,7 +177,10 @@ def make_handler(hermes: Hermes, key: bytes) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _body(self) -> dict[str, Any]:
-            n = int(self.headers.get("Content-Length") or 0)
+            length = (self.headers.get("Content-Length") or "0").strip()
+            if not length.isdigit() or not length.isascii():
+                raise Failure(400, "no plain Content-Length")
+            n = int(length)
             if n > MAX_BODY:
                 raise Failure(413, "the body is over 1 MiB")
             try:
