@@ -150,6 +150,7 @@ class Status(Answer):
     sandboxed: bool = True
     ports: tuple[int, ...] = ()
     store: str = ""
+    harness: str = "builtin"  # Link's own, or an adapter's (docs/adapters.md)
     service: str = ""
     place: str = "here"
     pid: int | None = None

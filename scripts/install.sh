@@ -24,6 +24,17 @@ if $PY -c 'import sys, sysconfig, os; sys.exit(0 if sys.prefix == sys.base_prefi
 fi
 if [ "${1:-}" = "--test" ]; then
   $PIP -e '.[test]'
+  $PIP -e adapters/hermes
+  # the real Hermes the tests run, in a virtualenv of its own (its exact pins clash with
+  # lnk's), made once; the tests hand it to lnk-hermes install as LNK_HERMES_VENV
+  # (hermes-agent is pinned exactly in the adapter: lnk_hermes.HARNESS_RELEASE)
+  HERMES=$(sed -n 's/^HARNESS_RELEASE = "\(.*\)"/\1/p' adapters/hermes/lnk_hermes/__init__.py)
+  HERMES_VENV="${LNK_HERMES_VENV:-$HOME/.cache/lnk/hermes-$HERMES}"
+  if [ ! -x "$HERMES_VENV/bin/hermes" ]; then
+    $PY -m venv "$HERMES_VENV"
+    "$HERMES_VENV/bin/python" -m pip install -q --disable-pip-version-check "hermes-agent==$HERMES"
+  fi
 else
   $PIP .
+  $PIP adapters/hermes
 fi

@@ -399,7 +399,8 @@ class ModelServer:
     """An OpenAI-compatible chat completions server over plain HTTP on loopback, logging
     every request's path and Authorization: answers ``<tag> heard <last message>``."""
 
-    def __init__(self, tag: str = "model") -> None:
+    def __init__(self, tag: str = "model", host: str = "127.0.0.1") -> None:
+        """``host``: the address it listens on (an SSH test host's bridge, say)."""
         import json
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -436,13 +437,41 @@ class ModelServer:
                 )
                 if outer.gate is not None:
                     outer.gate.wait(120)
+                if not isinstance(body.get("messages"), list):  # Hermes probes /api/show
+                    self._send(404, {"error": "not a chat completion"})
+                    return
                 last = body["messages"][-1]["content"]
                 msg = {"role": "assistant", "content": f"{outer.tag} heard {last}"}
+                if body.get("stream"):  # Hermes streams: the same answer as server-sent events
+                    self._stream(msg["content"])
+                    return
                 self._send(200, {"choices": [{"index": 0, "message": msg}]})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def _stream(self, text: str) -> None:
+                chunks = [
+                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}}]},
+                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+                ]
+                data = (
+                    b"".join(
+                        b"data: "
+                        + json.dumps(
+                            {"id": "c", "object": "chat.completion.chunk", "model": "m", **c}
+                        ).encode()
+                        + b"\n\n"
+                        for c in chunks
+                    )
+                    + b"data: [DONE]\n\n"
+                )
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.port = int(self.server.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.base_url = f"http://{host}:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def keys(self) -> list[str | None]:

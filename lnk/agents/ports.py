@@ -18,7 +18,7 @@ from lnk.errors import PortsUnavailable
 BLOCK = 4
 FIRST = 20000
 LIMIT = 32768  # the kernel hands out ephemeral ports above this
-DEFAULT_PORTS = {"builtin": 18700}
+DEFAULT_PORTS = {"builtin": 18700, "hermes": 8642}  # Hermes's API server's port
 
 
 def _test_offset() -> int:

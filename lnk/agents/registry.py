@@ -136,6 +136,7 @@ def create(
     model: ModelSettings | None = None,
     agent_id: str | None = None,
     owner: str | None = None,
+    harness: str = "builtin",
 ) -> Agent:
     check_name(name)
     if store not in ("files", "sqlite"):
@@ -152,7 +153,8 @@ def create(
         id=agent_id or new_agent_id(),
         name=name,
         owner=owner or account_owner(machine) or ms.owner_stand_in,
-        port_base=ports.allocate(name, "builtin", taken_blocks(machine)),
+        harness=harness,
+        port_base=ports.allocate(name, harness, taken_blocks(machine)),
         store=store,
         model=model or ModelSettings(),
     )

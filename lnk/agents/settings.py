@@ -26,6 +26,7 @@ SETTINGS_FORMAT = 2
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ID_RE = re.compile(r"^ag-[a-z2-7]{20}$")
 OWNER_RE = re.compile(r"^(local|acct)-[A-Za-z0-9_-]{1,64}$")
+HARNESS_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")  # builtin, or lnk-<harness> on PATH
 RESERVED_SERVICE_PREFIXES = ("link.", "lnk-")
 
 
@@ -136,6 +137,12 @@ class Settings:
                 f"the settings file {where} is not valid: {e}",
                 hint="fix or remove the file by hand, or restore the agent from a backup",
             ) from e
+        if not HARNESS_RE.match(s.harness):
+            raise InvalidInput(
+                f"the settings file {where} names the harness {s.harness!r}, not a harness "
+                "name (lowercase letters, digits and '-')",
+                hint='fix it by hand: harness = "builtin", or an adapter\'s name',
+            )
         if not ID_RE.match(s.id):
             raise InvalidInput(
                 f"the settings file {where} has an invalid id {s.id!r}",

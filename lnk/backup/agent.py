@@ -25,6 +25,7 @@ from lnk.backup.maintenance import PruneReport, check_keep, prune
 from lnk.backup.schedule import parse_keep, record_result
 from lnk.backup.writer import SnapshotWriter
 from lnk.errors import LnkError, Refused
+from lnk.harnesses.setup import checked_state
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head
 from lnk.payload.hashcache import HashCache
@@ -76,6 +77,7 @@ def backup_agent(
     no label): for tests and migration tools only."""
     if keep:
         check_keep(keep)  # a bad policy fails before the backup, not after
+    checked_state(agent)  # an adapter's answer that names paths it must not: refused
     bucket = bucket or open_bucket(url)
     keys = agent_keys.ensure(machine)
     repo, created = open_with_keys(machine, bucket, url, keys)

@@ -60,6 +60,13 @@ def agent() -> None:
 )
 @click.option("--model-url", metavar="URL", help="with --model: its base URL")
 @click.option("--key-env", metavar="VAR", help="with --model: the name of its key")
+@click.option(
+    "--harness",
+    default="builtin",
+    metavar="NAME",
+    help="the harness that runs it: builtin (Link's own) or an adapter's, lnk-NAME on PATH "
+    "(hermes)",
+)
 @json_option
 def create(
     name: str,
@@ -67,16 +74,22 @@ def create(
     model_name: str | None,
     model_url: str | None,
     key_env: str | None,
+    harness: str,
     as_json: bool,
 ) -> None:
     """Create an agent NAME and print its ID."""
+    if harness != "builtin":
+        from lnk.harnesses.adapter import Adapter
+
+        d = Adapter.find(harness).describe()  # refused here, not at its first start
+        say(f"{name} runs {d.name} {d.harness} (adapter lnk-{d.name} {d.adapter})")
     if model_name is not None:
         model, why = parse_model(model_name, model_url, key_env), ""
     elif model_url or key_env:
         raise UsageError("--model-url and --key-env go with --model", hint="add --model NAME")
     else:
         model, why = default_model()
-    a = registry.create(_machine(), name, store=store, model=model)
+    a = registry.create(_machine(), name, store=store, model=model, harness=harness)
     say(f"{a.name}: {why}" if why else f"{a.name} thinks with {describe_model(model)}")
     if as_json:
         emit_json(
@@ -189,6 +202,7 @@ def status(agent_name: str | None, as_json: bool) -> None:
     out(f"endpoint: {st.endpoint}")
     out(f"sandboxed: {st.sandboxed}")
     out(f"store: {st.store}")
+    out(f"harness: {st.harness}")
     if st.model:
         out(f"model: {st.model}")
     if st.exit:

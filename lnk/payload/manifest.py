@@ -64,6 +64,7 @@ FILE_ROOTS = (
     "Agent/memory",
     "Agent/schedule",
     "Agent/connections",  # the bridge's state: a Telegram offset, the ledgers (never sandboxed)
+    "Agent/harness",  # an adapter's harness's home (docs/adapters.md): Hermes's HERMES_HOME
 )
 SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 KINDS = {"f": "file", "d": "folder", "l": "symbolic link"}

@@ -20,6 +20,7 @@ from lnk.agents.registry import Agent
 from lnk.errors import StreamError
 from lnk.formats.keys import PublicKey
 from lnk.formats.stream import StreamWriter
+from lnk.harnesses.setup import checked_state
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head
 from lnk.payload.folders import collapse
@@ -50,6 +51,8 @@ def send_agent(
         raise StreamError(f"unknown phase {phase!r}", hint="use full, bulk or final")
     since = since or {}
     folders = agent.folders
+    if phase != "final":  # (not in the cutover: the agent waits for it)
+        checked_state(agent)  # an adapter's answer that names paths it must not: refused
     head = agent_head(agent, phase, base_stream)
     writer = StreamWriter(
         out, recipient, {"kind": "lnk-move", "phase": phase}, level=level, workers=workers

@@ -255,7 +255,10 @@ def walk_dir(
         ):
             fr.ok = False
             continue  # folded into the database's snapshot
-        f = _file(e.path, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite)
+        # a database with a write-ahead log beside it may have changed with its stat
+        # unchanged (the log holds the commits until a checkpoint): no cache vouches for it
+        wal = fr.has(e.name + "-wal")
+        f = _file(e.path, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite, wal)
         sha = f.sha256 or (EMPTY_SHA if f.size == 0 else "")
         if not sha or f.snapshot or f.group is not None:
             fr.ok = False
@@ -286,6 +289,7 @@ def _file(
     snap_dir: Path | None,
     hash_files: bool = True,
     sqlite: bool = True,
+    wal: bool = False,
 ) -> WalkedFile:
     stats.files += 1
     mode = stat.S_IMODE(st.st_mode)
@@ -299,7 +303,7 @@ def _file(
         else:
             group = groups[key] = len(groups)
     # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
-    sha = cache.lookup(rel, st)
+    sha = None if wal else cache.lookup(rel, st)
     if sqlite and sha is None and st.st_size >= 16 and is_sqlite(path):
         assert snap_dir is not None
         snap = sqlite_snapshot(path, snap_dir)

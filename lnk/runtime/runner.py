@@ -36,6 +36,8 @@ from lnk.agents.layout import Machine
 from lnk.agents.machine import load_machine
 from lnk.bridges.proof import new_key
 from lnk.errors import LnkError, NotFound, PortsUnavailable
+from lnk.harnesses.setup import Started
+from lnk.runtime import adapted
 from lnk.runtime.bridge_proc import BridgeProcess
 from lnk.runtime.proxy import AgentProxy
 from lnk.runtime.startup import (
@@ -87,15 +89,24 @@ def descendants(pid: int) -> list[int]:
     out: list[int] = []
     todo = [pid]
     while todo:
-        p = todo.pop(0)
-        try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        for k in kids:
-            out.append(int(k))
-            todo.append(int(k))
+        kids = _children(todo.pop(0))
+        out += kids
+        todo += kids
     return out
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _is_inrelay(pid: int) -> bool:
+    try:
+        return b"lnk.sandbox.inrelay" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 class Runner:
@@ -109,6 +120,7 @@ class Runner:
         self.cgroup: limits.Cgroup | None = None
         self.stopping = threading.Event()
         self.bridge = BridgeProcess(agent.id, agent.machine.home, log)
+        self.adapted: Started | None = None  # an adapter's harness's start
 
     @property
     def runtime(self) -> Path:
@@ -116,6 +128,8 @@ class Runner:
 
     def command(self) -> bwrap.Sandboxed:
         port = self.agent.settings.endpoint_port
+        if self.adapted is not None and not self.sandboxed:
+            return bwrap.Sandboxed(list(self.adapted.endpoint.argv))
         if not self.sandboxed:
             return bwrap.Sandboxed(
                 [
@@ -132,7 +146,7 @@ class Runner:
                 ]
             )
         python = bwrap.sandbox_python()
-        inner = [
+        inner: list[str] = [
             python,
             "-m",
             "lnk.harness",
@@ -144,6 +158,12 @@ class Runner:
             "--unix",
             f"{bwrap.NET_DIR}/{bwrap.SOCKET_NAME}",
         ]
+        env = {} if self.spec.mode == "host" else proxy_env(proxy_port(self.agent))
+        binds: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        if self.adapted is not None:
+            e = self.adapted.endpoint
+            inner, binds = list(e.argv), (e.read, e.write)
+            env |= dict(e.env)
         # first in the sandbox: the relay to the agent's proxy, then the harness
         relay = [
             python,
@@ -154,7 +174,6 @@ class Runner:
             f"{bwrap.NET_DIR}/{bwrap.PROXY_SOCKET}",
             "--",
         ]
-        host = self.spec.mode == "host"
         caps = limits.Limits.of(self.spec)
         self.cgroup = limits.make_cgroup(self.agent.id, caps)
         # the model's key stays outside: the proxy adds it (never key_env in here)
@@ -162,10 +181,11 @@ class Runner:
             self.agent,
             relay + inner,
             bwrap=bwrap.check_bwrap(),
-            env={} if host else proxy_env(proxy_port(self.agent)),
+            env=env,
             network_mode=self.spec.mode,
             files=(self.spec.read, self.spec.write),
             prefix=limits.launch_prefix(caps, self.cgroup),
+            harness=binds,
         )
 
     def model_key(self) -> str | None:
@@ -201,6 +221,11 @@ class Runner:
         (self.runtime / "endpoint.json").unlink(missing_ok=True)
         write_private(self.runtime / "key", new_key())
         write_json(self.runtime / "harness.json", harness_config(self.agent, self.sandboxed))
+        if adapted.is_adapted(self.agent):
+            self.adapted = adapted.prepare(self.agent, self.sandboxed)
+            log(adapted.describe_start(self.adapted))
+        else:
+            log(adapted.describe_builtin())
         if self.sandboxed:
             self.agent.net.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.agent.net, 0o700)
@@ -232,6 +257,8 @@ class Runner:
         # sandboxed, bubblewrap starts with a bare environment (LAUNCH_ENV); unsandboxed, the
         # harness gets this one (it reads the model's key variable itself, as ever)
         env = None if self.sandboxed else dict(os.environ)
+        if env is not None and self.adapted is not None:
+            env |= dict(self.adapted.endpoint.env)
         self.proc = cmd.popen(stdin=subprocess.DEVNULL, **({} if env is None else {"env": env}))
         if not self.wait_ready():
             if self.stopping.is_set():
@@ -279,8 +306,11 @@ class Runner:
     def _stop_proc(self, proc: subprocess.Popen[bytes]) -> None:
         # bwrap doesn't pass signals on: ask the harness inside to stop itself first
         inner = descendants(proc.pid) if self.sandboxed else []
-        leaves = [p for p in inner if not descendants(p)]  # the harness, not bwrap's init
-        # (the proxy's relay in the sandbox is the harness's parent: it ends with it)
+        # the harness: the proxy's relay's child in the sandbox (the relay ends with it),
+        # never a process of the harness's own (an adapter's endpoint runs its harness's
+        # turns as its children: it lets them end); else the leaves, not bwrap's init
+        harness = [k for p in inner if _is_inrelay(p) for k in _children(p)]
+        leaves = harness or [p for p in inner if not descendants(p)]
         for pid in leaves:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)

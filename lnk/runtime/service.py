@@ -259,6 +259,7 @@ def status(agent: Agent, ask: bool = True) -> Status:
         sandboxed=sandboxed,
         ports=tuple(s.ports),
         store=s.store,
+        harness=s.harness,
         service=s.service_name,
         pid=pid,
         problem=problem,

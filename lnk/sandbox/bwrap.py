@@ -263,6 +263,7 @@ def sandboxed(
     network_mode: str = "proxy",
     files: tuple[list[str], list[str]] = ([], []),
     prefix: list[str] | None = None,
+    harness: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
 ) -> Sandboxed:
     """The full command that runs ``inner_cmd`` in the agent's sandbox.
 
@@ -272,7 +273,9 @@ def sandboxed(
     ``net_dir`` alone binds a folder at /run/lnk/net.  ``network_mode`` "host"
     shares this machine's network (``[network] mode = "host"``); ``files`` are
     the ``[files]`` read and write grants (:func:`file_grants`); ``prefix``
-    runs before bubblewrap (its limits: :func:`lnk.sandbox.limits.launch_prefix`).
+    runs before bubblewrap (its limits: :func:`lnk.sandbox.limits.launch_prefix`);
+    ``harness`` is an adapter's harness's folders (read-only: its install; writable: its
+    home under ``Agent/harness``), as :mod:`lnk.harnesses.contract` checked them.
     """
     if not inner_cmd or inner_cmd[0].startswith("-"):
         raise ValueError("the sandboxed command must be a program and its arguments")
@@ -310,6 +313,10 @@ def sandboxed(
         a += ["--bind", str(folders.agent / d), str(folders.agent / d)]
     for d in RO_AGENT_DIRS:
         a += ["--ro-bind", str(folders.agent / d), str(folders.agent / d)]
+    for p in harness[0]:
+        a += ["--ro-bind", p, p]
+    for p in harness[1]:
+        a += ["--bind", p, p]
     a += ["--ro-bind", str(folders.config), str(folders.config)]
     if runtime:
         a += [
