@@ -220,6 +220,7 @@ class Prepared(Answer):
     model_key: str = "not needed"
     model_answers: bool = True
     enforces: tuple[str, ...] | None = None  # grant sections its sandbox holds (None: unsaid)
+    harnesses: tuple[str, ...] | None = None  # the harnesses it can run (None: unsaid)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,23 @@ def find(harness: str) -> str:
     return prog
 
 
+def available() -> tuple[str, ...]:
+    """The harnesses this machine can run: ``builtin`` and each ``lnk-<harness>`` on PATH
+    (a move asks the destination before its bulk, so an agent never lands where nothing
+    can start it)."""
+    found = {"builtin"}
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            names = os.listdir(d or ".")
+        except OSError:
+            continue
+        for n in names:
+            ok = n.startswith("lnk-") and C.NAME_RE.fullmatch(n[4:]) is not None
+            if ok and os.access(os.path.join(d or ".", n), os.X_OK):
+                found.add(n[4:])
+    return tuple(sorted(found))
+
+
 def _read_bounded(stream: IO[bytes], limit: int, into: list[bytes]) -> None:
     got = 0
     while True:

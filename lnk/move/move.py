@@ -146,6 +146,7 @@ def _move(
         prep = steps.prepare(machine, ends.dst, name, where.id, where.here, ready.model_args(word))
         e.set(phase="prepared", receiver=prep.receiver, dst_had_agent=prep.has_agent)
         # what the agent needs there, settled while nothing is sent
+        ready.check_harness(where, ends, prep, st.harness, to)
         ready.check_grants(machine, ends, where, prep, say)
         ready.check_model(where, ends, prep, choice)
         carried = ready.carry_secrets(ends, where)

@@ -8,6 +8,7 @@ after its pause:
 * the grants: every section the agent's grants name must be one the
   destination's sandbox enforces, else the move is refused with the
   ``lnk agent deny`` line that runs where the agent lives;
+* the harness: the destination must have an adapter for it (``lnk-<harness>``);
 * the model: one that doesn't answer there needs ``--offline-model`` (or a
   hosted ``--model``), said before anything moves;
 * the secrets: every key of the agent goes to the destination over the legs
@@ -102,6 +103,19 @@ def check_grants(
         f"{where.name}'s grants name {', '.join(sorted({f'[{f.section}]' for f in bad}))}, which "
         f"{ends.dst.name}'s sandbox can't hold; nothing was sent",
         hint=_deny_hint(where, flags or [f"--{bad[0].flag} ..."]),
+    )
+
+
+def check_harness(where: Whereabouts, ends: Ends, prep: Prepared, harness: str, to: str) -> None:
+    """Refuse a move to a machine with no adapter for the agent's harness: after the
+    commit nothing could start it there, and it would answer nowhere."""
+    if prep.harnesses is None or harness in prep.harnesses:
+        return
+    raise Refused(
+        f"{where.name} runs the harness {harness}, and {ends.dst.name} has no adapter for it "
+        f"(lnk-{harness} is not on its PATH); nothing was sent",
+        hint=f"install lnk-{harness} on {ends.dst.name} (docs/adapters.md), then "
+        f"lnk agent move --agent {where.name} --to {to}",
     )
 
 

@@ -17,6 +17,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.registry import find_by_id
 from lnk.agents.settings import ModelSettings
 from lnk.formats import FORMAT as STREAM_FORMAT
+from lnk.harnesses import adapter
 from lnk.payload import receivers
 from lnk.protocol import Prepared
 
@@ -61,4 +62,5 @@ def prepare_here(
         model_key=key,
         model_answers=models.answers(model),
         enforces=enforced_sections(),
+        harnesses=adapter.available(),
     )

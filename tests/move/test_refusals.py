@@ -124,3 +124,26 @@ def test_allow_refuses_a_grant_this_machine_can_t_hold(world: World) -> None:
     for flag, value in (("--command", "git"), ("--tool", "x"), ("--browser-host", "h")):
         r = world.lnk("agent", "allow", "--agent", AGENT, flag, value)
         assert r.code == 6 and f"can't hold {flag}" in r.err, r.err
+
+
+def test_a_destination_without_the_agents_harness(world: World) -> None:
+    """The agent's harness has no adapter at the destination: refused before the bulk (else it
+    would land where nothing starts it), one line naming the adapter; it stays here, whole."""
+    agent_id = make_agent(world)
+    world.ok("agent", "stop", "--agent", AGENT)
+    settings = world.here / ".config" / "lnk" / "agents" / f"{AGENT}.toml"
+    text = settings.read_text()
+    assert 'harness = "builtin"' in text
+    settings.write_text(text.replace('harness = "builtin"', 'harness = "ghost"'))
+    r = world.lnk("agent", "move", "--agent", AGENT, "--to", "b1")
+    assert r.code != 0 and r.err.count("lnk: error:") == 1, r.err
+    assert "(lnk-ghost is not on its PATH); nothing was sent" in r.err
+    assert r.err.endswith("then lnk agent move --agent work --to b1\n"), r.err
+    assert "Traceback" not in r.err
+    assert world.has_settings(HERE) and not world.has_settings("b1")
+    assert world.journal_empty()
+    assert not (world.home_of("b1") / "Link" / "Agents" / AGENT).exists()
+    settings.write_text(text)  # back to its harness: it moves
+    world.ok("agent", "move", "--agent", AGENT, "--to", "b1")
+    assert world.has_settings("b1") and not world.has_settings(HERE)
+    assert world.lnk("agent", "status", "--agent", AGENT, "--json").code == 0, agent_id
