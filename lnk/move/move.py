@@ -35,6 +35,7 @@ from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
 from lnk.places.where import HERE, Whereabouts, place_leg, where_is
 from lnk.protocol import BackupSchedule, Prepared, ReceiveReport
+from lnk.transport import share
 from lnk.transport.legs import Leg
 from lnk.transport.pipes import pipe
 
@@ -70,26 +71,29 @@ def move(
 
     Earlier unfinished moves are finished first; the messages held for the agents
     they and this move carried are handed over where each agent answers.  Expired
-    receivers and kept folders are removed first: nothing secret lingers.
+    receivers and kept folders are removed first: nothing secret lingers.  All the
+    steps at a box share one SSH connection (``LNK_SSH_SHARE=0``: one each).
     """
     purge_expired(machine)
-    finish_all(machine, say)
-    where = where_is(machine, name, from_box)
-    try:
-        result = _move(
-            machine,
-            where,
-            to,
-            no_start=no_start,
-            say=say,
-            choice=choice or ModelChoice(),
-            ask=ask,
-            backup_schedule=backup_schedule,
-        )
-    except BaseException:
-        _deliver_held(machine, where.id, say)  # the move was undone: where the agent answers
-        raise
-    result["delivered"] = _deliver_held(machine, where.id, say)
+    # one SSH connection per box for all the steps below (lnk.transport.share)
+    with share.shared():
+        finish_all(machine, say)
+        where = where_is(machine, name, from_box)
+        try:
+            result = _move(
+                machine,
+                where,
+                to,
+                no_start=no_start,
+                say=say,
+                choice=choice or ModelChoice(),
+                ask=ask,
+                backup_schedule=backup_schedule,
+            )
+        except BaseException:
+            _deliver_held(machine, where.id, say)  # the move was undone: where it answers
+            raise
+        result["delivered"] = _deliver_held(machine, where.id, say)
     return result
 
 
