@@ -162,7 +162,7 @@ def _move(
         schedule = ready.check_schedule(ends, where, carried, backup_schedule)
         fault("move:after-prepare")
         say(f"sending {name} from {ends.src.name} to {ends.dst.name} while it answers")
-        bulk = steps.phase(ends, name, prep, "bulk", steps.inventory(ends.dst, prep.receiver))
+        bulk = steps.phase(ends, name, prep, "bulk", steps.inventory(ends, name, prep))
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
     except BaseException as err:
@@ -224,7 +224,7 @@ def _switch(
 ) -> dict[str, Any]:
     timings: dict[str, float] = {"bulk_s": round(time.monotonic() - e_started, 3)}
     # what the destination holds can't change before the final: ask while the agent answers
-    inv = steps.inventory(ends.dst, prep.receiver)
+    inv = steps.inventory(ends, e.agent, prep)
     t_pause = time.monotonic()
     steps.pause(ends.src, e.agent, e.move)
     e.set(phase="paused")

@@ -8,6 +8,7 @@ per move (:class:`Ends`), never rebuilt from a place's name here.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
@@ -61,9 +62,39 @@ def prepare(
     return dst.ask([*args, "--json"], Prepared)
 
 
-def inventory(dst: Leg, receiver: str) -> IO[bytes]:
-    """What the receiver holds, spooled to a file (of any size) for the sender's stdin."""
-    return dst.run_to_file(["agent", "state-receive", "--inventory", "--receiver", receiver])
+def inventory(ends: Ends, name: str, prep: Prepared) -> IO[bytes]:
+    """What the receiver holds, spooled to a file (of any size) for the sender's stdin.
+
+    When the receiver has folders with digests (a base: the agent lived there), the
+    sender's folder digests go first, piped straight into the receiver's inventory
+    (``--against -``): a folder both hold alike is one line, not its every file's
+    digest, so an unchanged agent's inventory is tiny."""
+    args = ["agent", "state-receive", "--inventory", "--receiver", prep.receiver]
+    if prep.folders <= 0:
+        return ends.dst.run_to_file(args)
+    f = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
+    try:
+        a = ends.src.popen(["agent", "state-digests", "--agent", name, "--json"])
+        try:
+            assert a.stdout is not None
+            b = ends.dst.popen([*args, "--against", "-"], stdin=a.stdout, stdout=f)
+        except BaseException:
+            a.close()
+            raise
+        a.stdout.close()
+        guard.children |= {a, b}
+        try:
+            with a, b:
+                _code_a, _code_b, err = settle(ends.src, a, ends.dst, b)
+        finally:
+            guard.children -= {a, b}
+        if err is not None:
+            raise err
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> ReceiveReport:

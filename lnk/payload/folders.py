@@ -44,6 +44,17 @@ def tree_digests(
     return digests, counts
 
 
+def sending_digests(root: Path, cache_path: Path) -> dict[str, str]:
+    """The folders' digests a send of the agent at ``root`` would compute now (its walk
+    reads only its hash cache, as the send's does): what a receiver's inventory is
+    taken against (docs/stream-format.md 7.7).  Nothing is hashed or written."""
+    cache = HashCache(cache_path if cache_path.exists() else None, readonly=True)
+    try:
+        return tree_digests(root, cache)[0]
+    finally:
+        cache.close()
+
+
 def collapse(
     items: Iterator[WalkedFile],
     held: dict[str, str],

@@ -23,6 +23,27 @@ MAX_LOGS_JSON = 64 << 20
 _DIGEST_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
+def held_whole(mine: dict[str, str], theirs: dict[str, str]) -> dict[str, str]:
+    """The folders held here with the digest the sender has for them too, only the
+    outermost (a folder inside one of them needs no word: it goes with it)."""
+    same = {p: d for p, d in mine.items() if theirs.get(p) == d}
+    return {p: d for p, d in same.items() if not any(a in same for a in ancestors(p))}
+
+
+def ancestors(rel: str) -> Iterable[str]:
+    """``a/b/c`` -> ``a/b``, ``a``."""
+    i = rel.rfind("/")
+    while i > 0:
+        rel = rel[:i]
+        yield rel
+        i = rel.rfind("/")
+
+
+def under_any(rel: str, folders: dict[str, str]) -> bool:
+    """Whether the path lies inside one of ``folders``."""
+    return any(a in folders for a in ancestors(rel))
+
+
 class Inventory:
     """Content digests, and each log's (last number, SHA-256 of its last event).
 

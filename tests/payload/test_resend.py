@@ -2,7 +2,8 @@
 
 Random trees, then random edits (add, change, remove, rename, hard-link, change mode,
 symbolic link); the agent is sent again to the machine that holds its earlier copy
-(with that machine's inventory) and, whole, to a machine that never saw it. Both end
+(with that machine's inventory, whole or taken against the sender's folder
+digests as a move takes it) and, whole, to a machine that never saw it. Both end
 with the same agent; the re-sent one keeps, besides, only the Home files the agent
 no longer has (a receive adds to Home, never deletes).
 """
@@ -103,9 +104,9 @@ def _edit(home: Path, edits: list[tuple[Any, ...]]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8))
+@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8), against=st.booleans())
 def test_a_resend_against_the_base_gives_what_a_full_send_gives(
-    tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]]
+    tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]], against: bool
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
@@ -116,7 +117,8 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
         before = agent_files(load_agent(dst).folders.root)
         _edit(a.folders.home, edits)
         _edit(a.folders.agent / "skills", edits[::-1])
-        srep, rep = move(a, dst, agent_id=a.id, inventory=True)
+        # with ``against``, the inventory a move takes: against the sender's folder digests
+        srep, rep = move(a, dst, agent_id=a.id, inventory=True, against=against)
         assert rep.committed
         if not edits:  # nothing changed: every root goes as one entry, held there whole
             assert srep.kept_folders == srep.entries and srep.data_bytes == 0
