@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         assert r.stdout.decode().startswith(str(tree)), (tree, r.stdout)
 
-    with running_hosts(Path(tempfile.mkdtemp(prefix="lnk-bench-steps-")), "steps") as hosts:
+    with running_hosts(Path(tempfile.mkdtemp(prefix="lnk-bench-steps-")), "s") as hosts:
         here = hosts.root / "here"
         here.mkdir()
         b = Bench(hosts, here, a.repeat)
