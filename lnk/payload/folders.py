@@ -14,6 +14,15 @@ from pathlib import Path
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
 
+COLLAPSE_LIMIT = 20_000
+"""The most walked entries :func:`collapse` holds back while a folder that may be kept is
+open; a held folder with more is sent entry by entry (its subfolders still may go whole)."""
+
+WHOLE_MAX = COLLAPSE_LIMIT // 2
+"""The most files and folders inside a folder that an inventory taken against the sender's
+digests names as held whole (with room for the links it does not count): such a folder,
+when no folder around it is named, is always kept whole by :func:`collapse` if it matches."""
+
 
 def tree_digests(
     root: Path, cache: HashCache, *, hash_files: bool = False
@@ -58,7 +67,7 @@ def sending_digests(root: Path, cache_path: Path) -> dict[str, str]:
 def collapse(
     items: Iterator[WalkedFile],
     held: dict[str, str],
-    limit: int = 20_000,
+    limit: int = COLLAPSE_LIMIT,
     *,
     ends: bool = False,
     accept: Callable[[str, str], bool] | None = None,

@@ -29,7 +29,8 @@ from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
 from lnk.payload.hashcache import HashCache
-from lnk.payload.inventory import Inventory, held_whole, under_any
+from lnk.payload.folders import WHOLE_MAX
+from lnk.payload.inventory import Inventory, held_whole, sizes_of, under_any
 from lnk.payload.kept import ChangeRecorder, record_changes
 from lnk.payload.walk import WalkStats, walk_agent
 
@@ -143,8 +144,9 @@ class Receiver:
     def inventory(self, against: dict[str, str] | None = None) -> Inventory:
         """What this receiver holds.  ``against`` the sender's folder digests
         (:class:`lnk.protocol.StateDigests`), a folder held whole with the sender's digest
-        is listed as that one folder, and none of the content inside it (the sender sends
-        it as one entry); everything else as without (docs/stream-format.md 7.7)."""
+        (and small enough that the sender surely keeps it whole, :data:`WHOLE_MAX`) is
+        listed as that one folder, and none of the content inside it (the sender sends it
+        as one entry); everything else as without (docs/stream-format.md 7.7)."""
         shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
         dirs: dict[str, str] = {}
         db = self.dir / "local.sqlite"
@@ -156,8 +158,9 @@ class Receiver:
                 if against is None:
                     shas += [r[0] for r in con.execute("SELECT sha FROM c")]
                 else:
-                    dirs = held_whole(dirs, against)
-                    rows = con.execute("SELECT sha, rel FROM c")
+                    rows = con.execute("SELECT sha, rel FROM c").fetchall()
+                    sizes = sizes_of([rel for _sha, rel in rows] + list(dirs))
+                    dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
                     shas += [sha for sha, rel in rows if not under_any(rel, dirs)]
             finally:
                 con.close()
