@@ -28,8 +28,8 @@ from lnk.agents.stores import detect_driver, log_tails
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
-from lnk.payload.hashcache import HashCache
 from lnk.payload.folders import WHOLE_MAX
+from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory, held_whole, sizes_of, under_any
 from lnk.payload.kept import ChangeRecorder, record_changes
 from lnk.payload.walk import WalkStats, walk_agent
