@@ -310,6 +310,7 @@ class ScheduleAnswer(Answer):
 MAX_FOLDERS = 4_000_000  # folders in one StateDigests
 MAX_PATH = 4096  # characters in one folder's path
 _HEX = frozenset("0123456789abcdef")
+DIGEST_PREFIX = 24  # hex digits of a folder's digest a StateDigests gives, at least
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,9 @@ class StateDigests(Answer):
     (docs/stream-format.md 7.3.4 and 7.7), for a receiver's ``--inventory --against``.
 
     Each path is a folder's path in the stream (``Home/src``): relative, ``/``-separated,
-    no empty, ``.`` or ``..`` part; each digest 64 lowercase hex digits."""
+    no empty, ``.`` or ``..`` part; each digest the first :data:`DIGEST_PREFIX` to 64
+    lowercase hex digits of the folder's (a sender gives the first 24: a receiver only
+    picks by them what to name, and the sender compares whole digests)."""
 
     WHAT: ClassVar[str] = "state digests"
     agent: str
@@ -334,7 +337,11 @@ class StateDigests(Answer):
         for path, digest in ans.dirs.items():
             if not _folder_path(path):
                 raise ProtocolError(f"{name}.dirs has a path that is not a folder's: {path[:80]!r}")
-            if not (isinstance(digest, str) and len(digest) == 64 and _HEX.issuperset(digest)):
+            if not (
+                isinstance(digest, str)
+                and DIGEST_PREFIX <= len(digest) <= 64
+                and _HEX.issuperset(digest)
+            ):
                 raise ProtocolError(f"{name}.dirs[{path[:80]!r}] is not a digest")
         return ans
 

@@ -135,10 +135,15 @@ def test_mypy_holds_every_use_of_an_answer_s_field(tmp_path: Path) -> None:
     assert {"lnk/move/finish.py", "lnk/runtime/service.py"} <= where, p.stdout
 
 
+def test_state_digests_take_a_digest_or_its_first_24_hex_digits() -> None:
+    dirs = {"Home": "0" * 24, "Home/a": "f" * 64, "Home/b": "1" * 40}
+    assert StateDigests.from_json({"agent": "a", "id": "i", "dirs": dirs}).dirs == dirs
+
+
 @pytest.mark.parametrize(
     "dirs",
     [
-        {"Home": "0" * 63},
+        {"Home": "0" * 23},
         {"Home": "0" * 64 + "0"},
         {"Home": "A" * 64},
         {"Home": 7},

@@ -18,7 +18,7 @@ from lnk.errors import InvalidInput, UsageError
 from lnk.formats.keys import parse_public_key
 from lnk.move.faults import armed, fault
 from lnk.payload.prepare import prepare_here
-from lnk.protocol import ProtocolError, StateDigests
+from lnk.protocol import DIGEST_PREFIX, ProtocolError, StateDigests
 
 
 class _DieMidStream:
@@ -121,6 +121,7 @@ def state_digests(agent_name: str | None, as_json: bool) -> None:
 
     a = registry.find(Machine.current(), agent_name)
     dirs = sending_digests(a.folders.root, a.runtime / "hashes.sqlite")
+    dirs = {p: d[:DIGEST_PREFIX] for p, d in dirs.items()}  # a receiver picks by these
     if as_json:
         emit_json(StateDigests(agent=a.name, id=a.id, dirs=dirs).to_json())
     else:
