@@ -18,10 +18,11 @@ COLLAPSE_LIMIT = 20_000
 """The most walked entries :func:`collapse` holds back while a folder that may be kept is
 open; a held folder with more is sent entry by entry (its subfolders still may go whole)."""
 
-WHOLE_MAX = COLLAPSE_LIMIT // 2
+WHOLE_MAX = COLLAPSE_LIMIT * 3 // 4
 """The most files and folders inside a folder that an inventory taken against the sender's
-digests names as held whole (with room for the links it does not count): such a folder,
-when no folder around it is named, is always kept whole by :func:`collapse` if it matches."""
+digests names as held whole (a quarter of the limit left for the links it does not count):
+such a folder, when no folder around it is named, is always kept whole by :func:`collapse`
+if it matches."""
 
 
 def tree_digests(
