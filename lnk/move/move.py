@@ -146,7 +146,9 @@ def _move(
         was_running=st.running,
     )
     word = ready.mover_model(machine, where, choice)
+    early: steps.EarlyDigests | None = None
     try:
+        early = steps.EarlyDigests(ends.src, name)  # the sender's walk beside the prepare
         prep = steps.prepare(machine, ends.dst, name, where.id, where.here, ready.model_args(word))
         e.set(phase="prepared", receiver=prep.receiver, dst_had_agent=prep.has_agent)
         # what the agent needs there, settled while nothing is sent
@@ -162,15 +164,19 @@ def _move(
         schedule = ready.check_schedule(ends, where, carried, backup_schedule)
         fault("move:after-prepare")
         say(f"sending {name} from {ends.src.name} to {ends.dst.name} while it answers")
-        bulk = steps.phase(ends, name, prep, "bulk", steps.inventory(ends, name, prep))
+        inv = steps.inventory(ends, name, prep, early)
+        bulk = steps.phase(ends, name, prep, "bulk", inv)
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
     except BaseException as err:
+        if early is not None:
+            early.close()
         steps.abandon(ends.dst, e)
         with contextlib.suppress(LnkError):
             ready.forget_there(ends, e)
         e.remove()
         raise _as_lnk(err) from err
+    early.close()  # taken by the inventory, or not needed (the destination held nothing)
     with deferred_signals() as guard:
         try:
             result = _switch(machine, e, ends, prep, bulk, say, guard, t0)
