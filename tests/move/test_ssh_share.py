@@ -153,3 +153,20 @@ def test_a_master_killed_under_a_running_step_fails_the_move_cleanly(
     assert ssh_world.exactly_one(agent_id) == HERE
     assert ssh_world.journal_empty()
     assert not list(runtime_dir.iterdir())
+
+
+def test_a_sender_whose_digests_fail_leaves_the_agent_where_it_was(
+    ssh_world: World, tmp_path: Path, runtime_dir: Path
+) -> None:
+    """The sender's folder digests (asked for beside the prepare) broken: the move back
+    fails before anything is sent, with one error line, and the agent answers where it was."""
+    agent_id = make_agent(ssh_world)
+    assert move(ssh_world, "hostA", {}).code == 0  # here keeps its folders: a base
+    env = fault_env(ssh_world, tmp_path, runtime_dir, "state-digests|before", 1)
+    r = move(ssh_world, HERE, env)
+    assert (tmp_path / "fired").exists()
+    assert r.code != 0 and "Traceback" not in r.err
+    assert len(re.findall(r"(?m)^lnk: error:", r.err)) == 1, r.err
+    assert ssh_world.exactly_one(agent_id) == "hostA"
+    assert ssh_world.journal_empty()
+    assert not list(runtime_dir.iterdir())
