@@ -18,7 +18,8 @@ It is still the user's own ssh (``LNK_SSH_COMMAND`` or ``ssh``): their
 here take precedence over the config's Control* settings for the run.  A master
 that dies midway breaks the sessions it carried (ssh exits 255, as for any
 broken connection); the next step finds its socket stale, and ssh (``auto``)
-removes it and opens a new master.  ``LNK_SSH_SHARE=0`` turns sharing off.
+removes it and opens a new master.  ``LNK_SSH_SHARE=0`` turns sharing off (and
+must, for an ``LNK_SSH_COMMAND`` that is not OpenSSH's client).
 """
 
 from __future__ import annotations
