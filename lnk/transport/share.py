@@ -66,11 +66,6 @@ def options(ssh: list[str], destination: str) -> list[str]:
         ]
 
 
-def folder() -> Path | None:
-    """The open block's private socket folder, if any (tests look into it)."""
-    return _folder
-
-
 def _private_folder() -> Path:
     """A new 0700 folder for the sockets, with a short path (a socket's path is at most
     about 100 bytes): under ``XDG_RUNTIME_DIR`` when it is there, else /tmp."""
