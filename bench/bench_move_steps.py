@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
                 note(f"{n + 1} {k}: {u} pause {res[k]['pause_s'][-1]:.2f} s")
         state = sum(p.stat().st_size for p in b.agent_root(NAME).rglob("*") if p.is_file())
         rs = rsync_peer(b, NAME)
+    shutil.rmtree(hosts.root, ignore_errors=True)  # the agent, twice: GBs at 100,000 files
     print()
     print(
         f"{os.cpu_count()} CPUs; {a.files:,} small files ({state / 1e6:.0f} MB); "
