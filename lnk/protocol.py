@@ -212,6 +212,7 @@ class Prepared(Answer):
     format: int
     holds: int = 0
     has_agent: bool = False
+    folders: int = 0  # folders of its base with a digest (then an inventory --against pays)
     # what the agent gets there: the model it will think with, where its key is
     # ("secret", "env", "none" or "not needed"), whether it answers there
     model: str = ""
@@ -308,6 +309,51 @@ class ScheduleAnswer(Answer):
     schedule: BackupSchedule | None = None
 
 
+MAX_FOLDERS = 4_000_000  # folders in one StateDigests
+MAX_PATH = 4096  # characters in one folder's path
+_HEX = frozenset("0123456789abcdef")
+DIGEST_PREFIX = 24  # hex digits of a folder's digest a StateDigests gives, at least
+
+
+@dataclass(frozen=True)
+class StateDigests(Answer):
+    """``lnk agent state-digests --json``: the sending end's folders and their digests
+    (docs/stream-format.md 7.3.4 and 7.7), for a receiver's ``--inventory --against``.
+
+    Each path is a folder's path in the stream (``Home/src``): relative, ``/``-separated,
+    no empty, ``.`` or ``..`` part; each digest the first :data:`DIGEST_PREFIX` to 64
+    lowercase hex digits of the folder's (a sender gives the first 24: a receiver only
+    picks by them what to name, and the sender compares whole digests)."""
+
+    WHAT: ClassVar[str] = "state digests"
+    agent: str
+    id: str
+    dirs: dict[str, str]
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        ans = super().from_json(doc, where)
+        name = where or cls.WHAT
+        if len(ans.dirs) > MAX_FOLDERS:
+            raise ProtocolError(f"{name}.dirs lists more than {MAX_FOLDERS:,} folders")
+        for path, digest in ans.dirs.items():
+            if not _folder_path(path):
+                raise ProtocolError(f"{name}.dirs has a path that is not a folder's: {path[:80]!r}")
+            if not (
+                isinstance(digest, str)
+                and DIGEST_PREFIX <= len(digest) <= 64
+                and _HEX.issuperset(digest)
+            ):
+                raise ProtocolError(f"{name}.dirs[{path[:80]!r}] is not a digest")
+        return ans
+
+
+def _folder_path(path: str) -> bool:
+    if not path or len(path) > MAX_PATH or "\0" in path or path.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
 A = TypeVar("A", bound=Answer)
 
 ANSWERS: tuple[type[Answer], ...] = (
@@ -324,6 +370,7 @@ ANSWERS: tuple[type[Answer], ...] = (
     BackupSchedule,
     Left,
     ScheduleAnswer,
+    StateDigests,
 )
 __all__ = [
     "ANSWERS",
@@ -339,6 +386,7 @@ __all__ = [
     "ReceiveReport",
     "ScheduleAnswer",
     "SecretNames",
+    "StateDigests",
     "Status",
     "Unanswered",
     "Version",

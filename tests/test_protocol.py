@@ -23,6 +23,7 @@ from lnk.protocol import (
     ReceiveReport,
     ScheduleAnswer,
     SecretNames,
+    StateDigests,
     Status,
     Unanswered,
     Version,
@@ -40,6 +41,7 @@ def test_every_answer_round_trips_through_json() -> None:
         SecretNames("work", ("OPENAI_API_KEY",)),
         Left("/home/me/Link/Moved/work-1", BackupSchedule("s3://b/p", 3600, {"daily": 7})),
         ScheduleAnswer(None),
+        StateDigests("work", "ag-1", {"Home": "0" * 64, "Home/src": "ab" * 32}),
         ChatAnswer.from_json(
             {
                 "agent": "a",
@@ -131,3 +133,30 @@ def test_mypy_holds_every_use_of_an_answer_s_field(tmp_path: Path) -> None:
     ]
     where = {line.split(":")[0] for line in wrong}
     assert {"lnk/move/finish.py", "lnk/runtime/service.py"} <= where, p.stdout
+
+
+def test_state_digests_take_a_digest_or_its_first_24_hex_digits() -> None:
+    dirs = {"Home": "0" * 24, "Home/a": "f" * 64, "Home/b": "1" * 40}
+    assert StateDigests.from_json({"agent": "a", "id": "i", "dirs": dirs}).dirs == dirs
+
+
+@pytest.mark.parametrize(
+    "dirs",
+    [
+        {"Home": "0" * 23},
+        {"Home": "0" * 64 + "0"},
+        {"Home": "A" * 64},
+        {"Home": 7},
+        {"": "0" * 64},
+        {"/Home": "0" * 64},
+        {"Home/../x": "0" * 64},
+        {"Home/./x": "0" * 64},
+        {"Home//x": "0" * 64},
+        {"Home/x/": "0" * 64},
+        {"Home\0x": "0" * 64},
+        {"H" * 5000: "0" * 64},
+    ],
+)
+def test_state_digests_refuse_what_is_not_a_folder_and_its_digest(dirs: dict[str, object]) -> None:
+    with pytest.raises(ProtocolError, match="dirs"):
+        StateDigests.from_json({"agent": "a", "id": "ag-1", "dirs": dirs})

@@ -14,10 +14,11 @@ from lnk.agents.layout import Machine
 from lnk.agents.models import parse_model
 from lnk.cli.agent import agent, agent_option, json_option
 from lnk.cli.output import emit_json, out, progress_bar, say
-from lnk.errors import UsageError
+from lnk.errors import InvalidInput, UsageError
 from lnk.formats.keys import parse_public_key
 from lnk.move.faults import armed, fault
 from lnk.payload.prepare import prepare_here
+from lnk.protocol import DIGEST_PREFIX, ProtocolError, StateDigests
 
 
 class _DieMidStream:
@@ -107,6 +108,49 @@ def state_send(
         report.write_text(json.dumps(rep.to_json(), indent=2))
 
 
+MAX_DIGESTS = 512 << 20
+"""The most ``--against`` reads: far above any agent's folders (about 100 bytes each)."""
+
+
+@agent.command("state-digests")
+@agent_option
+@json_option
+def state_digests(agent_name: str | None, as_json: bool) -> None:
+    """Print the agent's folders' digests, for a receiver's inventory --against."""
+    from lnk.payload.folders import sending_digests
+
+    a = registry.find(Machine.current(), agent_name)
+    dirs = sending_digests(a.folders.root, a.runtime / "hashes.sqlite")
+    dirs = {p: d[:DIGEST_PREFIX] for p, d in dirs.items()}  # a receiver picks by these
+    if as_json:
+        emit_json(StateDigests(agent=a.name, id=a.id, dirs=dirs).to_json())
+    else:
+        out(f"{a.name}: {len(dirs)} folders with a digest")
+
+
+def _against(path: Path) -> dict[str, str]:
+    """The sender's folder digests (``state-digests --json``), checked as they arrive."""
+    if str(path) == "-":
+        raw = sys.stdin.buffer.read(MAX_DIGESTS + 1)
+    else:
+        with path.open("rb") as f:
+            raw = f.read(MAX_DIGESTS + 1)
+    if len(raw) > MAX_DIGESTS:
+        raise InvalidInput(
+            f"the sender's folder digests are over {MAX_DIGESTS >> 20} MiB",
+            hint="give what lnk agent state-digests --json printed at the sending end",
+        )
+    hint = "give what lnk agent state-digests --json printed at the sending end"
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise InvalidInput(f"the sender's folder digests are not JSON ({e})", hint=hint) from e
+    try:
+        return StateDigests.from_json(doc, "the sender's folder digests").dirs
+    except ProtocolError as e:
+        raise InvalidInput(e.message, hint=hint) from e
+
+
 @agent.command("state-receive")
 @click.option("--prepare", is_flag=True, help="make a one-time receiver and print its key")
 @click.option(
@@ -145,6 +189,12 @@ def state_send(
     is_flag=True,
     help="write what the receiver holds already (binary) on stdout",
 )
+@click.option(
+    "--against",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="with --inventory: the sender's folder digests (state-digests --json; - for stdin); "
+    "a folder held with the same digest is listed alone, not its contents",
+)
 @click.option("--abandon", is_flag=True, help="delete the receiver and all it staged")
 @click.option(
     "--store",
@@ -163,6 +213,7 @@ def state_receive(
     model_key_env: str | None,
     receiver: str | None,
     inventory: bool,
+    against: Path | None,
     abandon: bool,
     store: str | None,
     as_json: bool,
@@ -198,8 +249,11 @@ def state_receive(
         r.abandon()
         say(f"abandoned {receiver}")
         return
+    if against is not None and not inventory:
+        raise UsageError("--against goes with --inventory", hint="add --inventory")
     if inventory:
-        sys.stdout.buffer.write(r.inventory().to_bytes())
+        theirs = _against(against) if against is not None else None
+        sys.stdout.buffer.write(r.inventory(theirs).to_bytes())
         return
     if sys.stdin.isatty():
         raise UsageError(

@@ -35,6 +35,7 @@ from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
 from lnk.places.where import HERE, Whereabouts, place_leg, where_is
 from lnk.protocol import BackupSchedule, Prepared, ReceiveReport
+from lnk.transport import share
 from lnk.transport.legs import Leg
 from lnk.transport.pipes import pipe
 
@@ -70,26 +71,29 @@ def move(
 
     Earlier unfinished moves are finished first; the messages held for the agents
     they and this move carried are handed over where each agent answers.  Expired
-    receivers and kept folders are removed first: nothing secret lingers.
+    receivers and kept folders are removed first: nothing secret lingers.  All the
+    steps at a box share one SSH connection (``LNK_SSH_SHARE=0``: one each).
     """
     purge_expired(machine)
-    finish_all(machine, say)
-    where = where_is(machine, name, from_box)
-    try:
-        result = _move(
-            machine,
-            where,
-            to,
-            no_start=no_start,
-            say=say,
-            choice=choice or ModelChoice(),
-            ask=ask,
-            backup_schedule=backup_schedule,
-        )
-    except BaseException:
-        _deliver_held(machine, where.id, say)  # the move was undone: where the agent answers
-        raise
-    result["delivered"] = _deliver_held(machine, where.id, say)
+    # one SSH connection per box for all the steps below (lnk.transport.share)
+    with share.shared():
+        finish_all(machine, say)
+        where = where_is(machine, name, from_box)
+        try:
+            result = _move(
+                machine,
+                where,
+                to,
+                no_start=no_start,
+                say=say,
+                choice=choice or ModelChoice(),
+                ask=ask,
+                backup_schedule=backup_schedule,
+            )
+        except BaseException:
+            _deliver_held(machine, where.id, say)  # the move was undone: where it answers
+            raise
+        result["delivered"] = _deliver_held(machine, where.id, say)
     return result
 
 
@@ -142,7 +146,9 @@ def _move(
         was_running=st.running,
     )
     word = ready.mover_model(machine, where, choice)
+    early: steps.EarlyDigests | None = None
     try:
+        early = steps.EarlyDigests(ends.src, name)  # the sender's walk beside the prepare
         prep = steps.prepare(machine, ends.dst, name, where.id, where.here, ready.model_args(word))
         e.set(phase="prepared", receiver=prep.receiver, dst_had_agent=prep.has_agent)
         # what the agent needs there, settled while nothing is sent
@@ -159,15 +165,19 @@ def _move(
         schedule = ready.check_schedule(ends, where, carried, backup_schedule)
         fault("move:after-prepare")
         say(f"sending {name} from {ends.src.name} to {ends.dst.name} while it answers")
-        bulk = steps.phase(ends, name, prep, "bulk", steps.inventory(ends.dst, prep.receiver))
+        inv = steps.inventory(ends, name, prep, early)
+        bulk = steps.phase(ends, name, prep, "bulk", inv)
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
     except BaseException as err:
+        if early is not None:
+            early.close()
         steps.abandon(ends.dst, e)
         with contextlib.suppress(LnkError):
             ready.forget_there(ends, e)
         e.remove()
         raise _as_lnk(err) from err
+    early.close()  # taken by the inventory, or not needed (the destination held nothing)
     with deferred_signals() as guard:
         try:
             result = _switch(machine, e, ends, prep, bulk, say, guard, t0)
@@ -221,7 +231,7 @@ def _switch(
 ) -> dict[str, Any]:
     timings: dict[str, float] = {"bulk_s": round(time.monotonic() - e_started, 3)}
     # what the destination holds can't change before the final: ask while the agent answers
-    inv = steps.inventory(ends.dst, prep.receiver)
+    inv = steps.inventory(ends, e.agent, prep)
     t_pause = time.monotonic()
     steps.pause(ends.src, e.agent, e.move)
     e.set(phase="paused")

@@ -8,6 +8,7 @@ per move (:class:`Ends`), never rebuilt from a place's name here.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
@@ -21,7 +22,7 @@ from lnk.protocol import Left, Prepared, ProtocolError, ReceiveReport, Status, d
 from lnk.transport.errorline import error_line
 from lnk.transport.legs import SSH_FAILED, Leg
 from lnk.transport.pipes import settle
-from lnk.transport.process import MAX_ANSWER, read_bounded
+from lnk.transport.process import MAX_ANSWER, LegProcess, read_bounded
 
 Say = Callable[[str], None]
 
@@ -61,9 +62,82 @@ def prepare(
     return dst.ask([*args, "--json"], Prepared)
 
 
-def inventory(dst: Leg, receiver: str) -> IO[bytes]:
-    """What the receiver holds, spooled to a file (of any size) for the sender's stdin."""
-    return dst.run_to_file(["agent", "state-receive", "--inventory", "--receiver", receiver])
+DIGESTS = ["agent", "state-digests", "--json", "--agent"]
+
+
+class EarlyDigests:
+    """The sender's folder digests, asked for before the destination prepares, so the
+    sender's walk runs beside the prepare (the bulk's inventory takes them)."""
+
+    def __init__(self, src: Leg, name: str) -> None:
+        self.src = src
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        try:
+            self.proc: LegProcess | None = src.popen([*DIGESTS, name], stdout=self.out)
+        except BaseException:
+            self.out.close()
+            raise
+
+    def take(self) -> IO[bytes]:
+        """The digests (the caller closes the file); the sender's error if it failed."""
+        assert self.proc is not None
+        with self.proc as p:
+            p.wait()
+        self.proc = None
+        self.out.seek(0)
+        out, self.out = self.out, tempfile.TemporaryFile()  # noqa: SIM115
+        return out
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.close()
+            self.proc = None
+        self.out.close()
+
+
+def inventory(
+    ends: Ends, name: str, prep: Prepared, early: EarlyDigests | None = None
+) -> IO[bytes]:
+    """What the receiver holds, spooled to a file (of any size) for the sender's stdin.
+
+    When the receiver has folders with digests (a base: the agent lived there), the
+    sender's folder digests go first (``early``'s, else asked now and piped straight
+    in) into the receiver's inventory (``--against -``): a folder both hold alike is
+    one line, not its every file's digest, so an unchanged agent's inventory is tiny."""
+    args = ["agent", "state-receive", "--inventory", "--receiver", prep.receiver]
+    if prep.folders <= 0:
+        return ends.dst.run_to_file(args)
+    f = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
+    try:
+        if early is not None:
+            with (
+                early.take() as digests,
+                ends.dst.popen([*args, "--against", "-"], stdin=digests, stdout=f) as b,
+            ):
+                b.wait()
+            f.seek(0)
+            return f
+        a = ends.src.popen([*DIGESTS, name])
+        try:
+            assert a.stdout is not None
+            b = ends.dst.popen([*args, "--against", "-"], stdin=a.stdout, stdout=f)
+        except BaseException:
+            a.close()
+            raise
+        a.stdout.close()
+        guard.children |= {a, b}
+        try:
+            with a, b:
+                _code_a, _code_b, err = settle(ends.src, a, ends.dst, b)
+        finally:
+            guard.children -= {a, b}
+        if err is not None:
+            raise err
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> ReceiveReport:

@@ -14,6 +14,16 @@ from pathlib import Path
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
 
+COLLAPSE_LIMIT = 20_000
+"""The most walked entries :func:`collapse` holds back while a folder that may be kept is
+open; a held folder with more is sent entry by entry (its subfolders still may go whole)."""
+
+WHOLE_MAX = COLLAPSE_LIMIT * 3 // 4
+"""The most files and folders inside a folder that an inventory taken against the sender's
+digests names as held whole (a quarter of the limit left for the links it does not count):
+such a folder, when no folder around it is named, is always kept whole by :func:`collapse`
+if it matches."""
+
 
 def tree_digests(
     root: Path, cache: HashCache, *, hash_files: bool = False
@@ -44,10 +54,21 @@ def tree_digests(
     return digests, counts
 
 
+def sending_digests(root: Path, cache_path: Path) -> dict[str, str]:
+    """The folders' digests a send of the agent at ``root`` would compute now (its walk
+    reads only its hash cache, as the send's does): what a receiver's inventory is
+    taken against (docs/stream-format.md 7.7).  Nothing is hashed or written."""
+    cache = HashCache(cache_path if cache_path.exists() else None, readonly=True)
+    try:
+        return tree_digests(root, cache)[0]
+    finally:
+        cache.close()
+
+
 def collapse(
     items: Iterator[WalkedFile],
     held: dict[str, str],
-    limit: int = 20_000,
+    limit: int = COLLAPSE_LIMIT,
     *,
     ends: bool = False,
     accept: Callable[[str, str], bool] | None = None,

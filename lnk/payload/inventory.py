@@ -23,6 +23,44 @@ MAX_LOGS_JSON = 64 << 20
 _DIGEST_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
+def held_whole(
+    mine: dict[str, str], theirs: dict[str, str], sizes: dict[str, int], most: int
+) -> dict[str, str]:
+    """The folders to name as held whole: held here with the digest the sender has for
+    them too (``theirs`` may give only the first hex digits of each), with at most ``most`` files and folders inside (``sizes``), and none inside
+    another named one.  A bigger folder is not named (a sender gives up keeping a folder
+    whole past its limit), its subfolders are."""
+    same = {p: d for p, d in mine.items() if d.startswith(theirs.get(p) or "-")}
+    named: dict[str, str] = {}
+    for p in sorted(same, key=lambda p: (p.count("/"), p)):  # outer folders first
+        if sizes.get(p, 0) <= most and not under_any(p, named):
+            named[p] = same[p]
+    return named
+
+
+def sizes_of(paths: Iterable[str]) -> dict[str, int]:
+    """For each folder, how many of ``paths`` lie inside it at any depth."""
+    n: dict[str, int] = {}
+    for rel in paths:
+        for a in ancestors(rel):
+            n[a] = n.get(a, 0) + 1
+    return n
+
+
+def ancestors(rel: str) -> Iterable[str]:
+    """``a/b/c`` -> ``a/b``, ``a``."""
+    i = rel.rfind("/")
+    while i > 0:
+        rel = rel[:i]
+        yield rel
+        i = rel.rfind("/")
+
+
+def under_any(rel: str, folders: dict[str, str]) -> bool:
+    """Whether the path lies inside one of ``folders``."""
+    return any(a in folders for a in ancestors(rel))
+
+
 class Inventory:
     """Content digests, and each log's (last number, SHA-256 of its last event).
 

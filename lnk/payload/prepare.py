@@ -56,6 +56,7 @@ def prepare_here(
         format=STREAM_FORMAT,
         holds=len(r.inventory()),
         has_agent=has_agent,
+        folders=r.inventory_dirs(),
         model=models.describe(model),
         model_provider=model.provider,
         model_key_env=model.key_env if model.provider == "openai" else "",

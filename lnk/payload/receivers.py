@@ -28,8 +28,9 @@ from lnk.agents.stores import detect_driver, log_tails
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
+from lnk.payload.folders import WHOLE_MAX
 from lnk.payload.hashcache import HashCache
-from lnk.payload.inventory import Inventory
+from lnk.payload.inventory import Inventory, held_whole, sizes_of, under_any
 from lnk.payload.kept import ChangeRecorder, record_changes
 from lnk.payload.walk import WalkStats, walk_agent
 
@@ -140,16 +141,27 @@ class Receiver:
         except sqlite3.OperationalError:
             return 0
 
-    def inventory(self) -> Inventory:
+    def inventory(self, against: dict[str, str] | None = None) -> Inventory:
+        """What this receiver holds.  ``against`` the sender's folder digests
+        (:class:`lnk.protocol.StateDigests`), a folder held whole with the sender's digest
+        (and small enough that the sender surely keeps it whole, :data:`WHOLE_MAX`) is
+        listed as that one folder, and none of the content inside it (the sender sends it
+        as one entry); everything else as without (docs/stream-format.md 7.7)."""
         shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
         dirs: dict[str, str] = {}
         db = self.dir / "local.sqlite"
         if db.exists():
             con = sqlite3.connect(db)
             try:
-                shas += [r[0] for r in con.execute("SELECT sha FROM c")]
                 with contextlib.suppress(sqlite3.OperationalError):
                     dirs = dict(con.execute("SELECT rel, digest FROM d"))
+                if against is None:
+                    shas += [r[0] for r in con.execute("SELECT sha FROM c")]
+                else:
+                    rows = con.execute("SELECT sha, rel FROM c").fetchall()
+                    sizes = sizes_of([rel for _sha, rel in rows] + list(dirs))
+                    dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
+                    shas += [sha for sha, rel in rows if not under_any(rel, dirs)]
             finally:
                 con.close()
         inv = Inventory.of(s for s in shas if len(s) == 64)

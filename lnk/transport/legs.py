@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from lnk.errors import InvalidInput, LnkError, TransportError
 from lnk.protocol import A, decode
+from lnk.transport import share
 from lnk.transport.errorline import PROTOCOL_ARGS, last_line, remote_error
 from lnk.transport.process import MAX_ANSWER, LegProcess, Stdin, Stdout, feed, read_bounded
 
@@ -266,10 +267,15 @@ class SshLeg(Leg):
 
     def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
         cmd = self.remote_command(args, bare)
-        return [*ssh_command(), *_fault_env(), self.destination, "--", cmd]
+        return [*self._ssh(), *_fault_env(), self.destination, "--", cmd]
 
     def shell_argv(self, script: str) -> list[str]:
-        return [*ssh_command(), self.destination, "--", script]
+        return [*self._ssh(), self.destination, "--", script]
+
+    def _ssh(self) -> list[str]:
+        """The ssh command, on the shared connection inside a :func:`share.shared` block."""
+        ssh = ssh_command()
+        return [*ssh, *share.options(ssh, self.destination)]
 
     def check(self, code: int, stderr: str) -> None:
         if code == SSH_FAILED:

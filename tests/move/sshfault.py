@@ -7,18 +7,50 @@ file ``SSHFAULT_ONCE`` makes it fire once (at the ``SSHFAULT_NTH``-th match, 1 u
 the fault fired it is created, and while it exists every ssh to any box fails
 as an unreachable box does (exit 255), so "a box that stops answering".
 Anything else runs the real ssh.
+
+Two modes kill the shared connection's master (``lnk.transport.share``), found
+with ``ssh -O check``: ``kill-master`` before the step runs (the step opens a
+new one), ``kill-master-live`` while the step's session runs on it (once the
+command is running on the box, before it got any of its stdin).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_master(args: list[str]) -> None:
+    """Kill -9 the master of the shared connection this command would use."""
+    check = [*args[:-3], "-O", "check", args[-3]]
+    r = subprocess.run(["ssh", *check], capture_output=True, text=True, timeout=30)
+    m = re.search(r"pid=(\d+)", r.stderr)
+    if m is None:
+        sys.stderr.write(f"sshfault: no master to kill: {r.stderr}\n")
+        sys.exit(254)
+    os.kill(int(m.group(1)), signal.SIGKILL)
+
+
+def wait_running(words: list[str]) -> None:
+    """Wait until a process (the step on the box) has all ``words`` among its arguments."""
+    for _ in range(600):
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if all(w in argv for w in words) and "ssh" not in os.path.basename(argv[0]):
+                return
+        time.sleep(0.05)
 
 
 def main() -> None:
@@ -49,6 +81,21 @@ def main() -> None:
         pass
     if mode == "before":
         die()
+    if mode == "kill-master":
+        kill_master(args)
+        os.execvp("ssh", argv)
+    if mode == "kill-master-live":
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE)
+        wait_running(command.split()[-4:])
+        kill_master(args)
+        data = sys.stdin.buffer.read()
+        assert p.stdin is not None
+        try:
+            p.stdin.write(data)
+            p.stdin.close()
+        except OSError:
+            pass
+        sys.exit(p.wait())
     if mode == "after":
         code = subprocess.call(argv)
         if down:

@@ -33,6 +33,7 @@ from lnk.formats.keys import PublicKey
 from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload import receivers
+from lnk.payload.folders import sending_digests
 from lnk.payload.inventory import Inventory
 from lnk.payload.receive import ReceiveReport, receive
 from lnk.payload.send import send_agent
@@ -120,11 +121,21 @@ def receive_bytes(machine: Machine, r: receivers.Receiver, data: bytes, **kw: An
 
 
 def move(
-    agent: Agent, dest: Machine, *, agent_id: str | None = None, inventory: bool = False, **kw: Any
+    agent: Agent,
+    dest: Machine,
+    *,
+    agent_id: str | None = None,
+    inventory: bool = False,
+    against: bool = False,
+    **kw: Any,
 ) -> tuple[SendReport, ReceiveReport]:
-    """prepare | send | receive through a temp file next to the destination."""
+    """prepare | send | receive through a temp file next to the destination; with
+    ``against``, the inventory is taken against the agent's folder digests (a move's)."""
     r = prepare(dest, agent_id)
-    inv = r.inventory() if inventory else None
+    theirs = (
+        sending_digests(agent.folders.root, agent.runtime / "hashes.sqlite") if against else None
+    )
+    inv = r.inventory(theirs) if inventory else None
     path = dest.home.parent / f"stream-{r.rid}"
     with open(path, "wb") as f:
         srep = send_agent(agent, f, public(r), inventory=inv)

@@ -2,7 +2,8 @@
 
 Random trees, then random edits (add, change, remove, rename, hard-link, change mode,
 symbolic link); the agent is sent again to the machine that holds its earlier copy
-(with that machine's inventory) and, whole, to a machine that never saw it. Both end
+(with that machine's inventory, whole or taken against the sender's folder
+digests as a move takes it) and, whole, to a machine that never saw it. Both end
 with the same agent; the re-sent one keeps, besides, only the Home files the agent
 no longer has (a receive adds to Home, never deletes).
 """
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from payload_helpers import agent_files, link_groups, load_agent, make_agent, move, write
 
 from lnk.agents.layout import Machine
+from lnk.payload.folders import COLLAPSE_LIMIT
 
 OLD = 1_600_000_000_000_000_000
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-é", min_size=1, max_size=8).filter(
@@ -103,9 +105,9 @@ def _edit(home: Path, edits: list[tuple[Any, ...]]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8))
+@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8), against=st.booleans())
 def test_a_resend_against_the_base_gives_what_a_full_send_gives(
-    tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]]
+    tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]], against: bool
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
@@ -116,7 +118,8 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
         before = agent_files(load_agent(dst).folders.root)
         _edit(a.folders.home, edits)
         _edit(a.folders.agent / "skills", edits[::-1])
-        srep, rep = move(a, dst, agent_id=a.id, inventory=True)
+        # with ``against``, the inventory a move takes: against the sender's folder digests
+        srep, rep = move(a, dst, agent_id=a.id, inventory=True, against=against)
         assert rep.committed
         if not edits:  # nothing changed: every root goes as one entry, held there whole
             assert srep.kept_folders == srep.entries and srep.data_bytes == 0
@@ -134,3 +137,26 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
             assert len(inodes) == 1, group
         for p, v in whole.items():  # kinds agree on disk (a link is a link, never followed)
             assert stat.S_ISLNK(os.lstat(b_root / p).st_mode) == (v[0] == "l")
+
+
+def test_a_resend_against_the_digests_keeps_a_big_tree_whole() -> None:
+    """More files than a sender holds back for one folder (folders.COLLAPSE_LIMIT): the
+    inventory names the folders it will surely keep whole (not Home, too big), so an
+    unchanged re-send carries no byte, and one changed file carries only itself."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Machine(Path(tmp) / "a"), Machine(Path(tmp) / "b")
+        a = make_agent(src)
+        for i in range(COLLAPSE_LIMIT + 4000):
+            p = a.folders.home / "big" / f"d{i // 200:03d}" / f"f{i}.txt"
+            write(p, f"{i}\n".encode(), mtime_ns=OLD)  # old: the hash cache vouches for it
+        move(a, dst)
+        srep, rep = move(a, dst, agent_id=a.id, inventory=True, against=True)
+        assert rep.committed and srep.data_bytes == 0
+        assert srep.kept_folders >= (COLLAPSE_LIMIT + 4000) // 200
+        changed = a.folders.home / "big" / "d007" / "f1400.txt"
+        changed.write_bytes(b"changed\n")
+        srep, rep = move(a, dst, agent_id=a.id, inventory=True, against=True)
+        assert rep.committed and srep.data_bytes == len(b"changed\n")
+        assert (load_agent(dst).folders.home / "big" / "d007" / "f1400.txt").read_bytes() == (
+            b"changed\n"
+        )
