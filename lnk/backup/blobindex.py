@@ -8,7 +8,8 @@ on the ID's first two bytes (git's pack index is the model) and the IDs' first
 8 bytes as an array of numbers that ``bisect`` searches in C.  What is set
 after the build (a run's new blobs, a copy a restore reads instead) goes in a
 dict that becomes a segment of its own every :data:`SEGMENT` entries; two
-segments of like size are merged, so a lookup probes a few.
+segments of like size are merged up to :data:`MERGE_MAX` records, so a lookup
+probes a few and a merge never holds a million records twice.
 
 A record is ``id (32) | damaged (1) | pack number (4) | offset (8) | length (8) |
 kind number (1)``, big-endian: sorting whole records puts, for one ID, a copy
@@ -31,7 +32,11 @@ ID_LEN = 32
 _TAIL = struct.Struct(">BIQQB")  # damaged, pack, offset, length, kind
 WIDTH = ID_LEN + _TAIL.size  # 54
 FANOUT = 1 << 16
-SEGMENT = 1 << 17  # entries set after the build, held in a dict until a segment is made
+SEGMENT = 1 << 16  # entries set after the build, held in a dict until a segment is made
+# segments are merged up to this many records: a merge holds both and its result at once
+# (14 MiB), never a million records' worth; past it a lookup probes one segment more
+# for each MERGE_MAX records set in one run
+MERGE_MAX = 1 << 18
 _T = TypeVar("_T")
 
 
@@ -221,7 +226,11 @@ class BlobIndex(Mapping[bytes, BlobRef]):
             p, k = self._packs.number(r.pack), self._kinds.number(r.kind)
             recs += blob_id + _TAIL.pack(0, p, r.offset, r.length, k)
         segments = [*self._segments, _Segment(recs)]
-        while len(segments) >= 2 and segments[-1].count * 2 >= segments[-2].count:
+        while (
+            len(segments) >= 2
+            and segments[-1].count * 2 >= segments[-2].count
+            and segments[-1].count + segments[-2].count <= MERGE_MAX
+        ):
             newer = segments.pop()
             segments[-1] = _merge(segments[-1], newer)
         self._segments = segments  # first, so a reader finds each entry in one or the other

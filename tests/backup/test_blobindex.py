@@ -83,28 +83,34 @@ def test_a_blob_takes_54_bytes_of_the_sorted_records() -> None:
 @given(
     st.lists(st.tuples(st.sampled_from(range(40)), st.integers(0, 99)), max_size=120),
     st.integers(1, 40),
+    st.sampled_from([6, 12, 1 << 19]),
 )
-def test_what_is_set_later_reads_as_a_dict_would(sets: list[tuple[int, int]], base: int) -> None:
+def test_what_is_set_later_reads_as_a_dict_would(
+    sets: list[tuple[int, int]], base: int, merge_max: int
+) -> None:
     """Set after the build, across segments made and merged, the newest word wins."""
     keys = [hashlib.sha256(bytes([i])).digest() for i in range(40)]
     b = IndexBuilder()
     b.add_pack("base", [(keys[i], "data", i, 1) for i in range(base)], False)
     model = {keys[i]: BlobRef("base", i, 1, "data") for i in range(base)}
-    old = blobindex.SEGMENT
+    old = blobindex.SEGMENT, blobindex.MERGE_MAX
     blobindex.SEGMENT = 3  # a segment every 3 entries: many made, many merged
+    blobindex.MERGE_MAX = merge_max
     try:
         index = b.build()
         for i, off in sets:
             ref = BlobRef(f"run-{off % 5}", off, 2, "tree" if off % 2 else "data")
             index[keys[i]] = ref
             model[keys[i]] = ref
-        assert len(index._segments) <= 8
+        assert all(s.count <= max(merge_max, base) for s in index._segments[1:])
+        if merge_max > 1000:
+            assert len(index._segments) <= 8
         assert dict(index.items()) == model
         assert len(index) == len(model) and sorted(index) == sorted(model)
         index.compact()
         assert {k: index[k] for k in model} == model
     finally:
-        blobindex.SEGMENT = old
+        blobindex.SEGMENT, blobindex.MERGE_MAX = old
 
 
 def test_a_wrong_id_is_refused_when_set() -> None:
