@@ -47,8 +47,10 @@ def lnk_rounds(tree: Path, master: Path, work: Path, out: Path) -> dict[str, Run
     }
     key = run([*lnk, "backup", "key", "export"], env=env | {"HOME": str(home)}).out.encode()
     run([*lnk, "backup", "key", "import"], env=env | {"HOME": str(home_b)}, stdin=key)
-    # the restore writes into the second machine's agents folder, placed on --restore-to
-    agents = Machine(home_b).state_dir / "agents"
+    # the restore writes into the second machine's agents folder (~/Link/Agents), placed
+    # on --restore-to (creating a million files where as many were just deleted costs
+    # ext4's inode allocator more than the restore itself)
+    agents = Machine(home_b).folders(NAME).root.parent
     agents.parent.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True)
     agents.symlink_to(out)
