@@ -41,6 +41,7 @@ from lnk.backup.reader import Entry, SnapshotReader
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
 from lnk.payload import manifest as M
+from lnk.payload import receivers
 from lnk.payload.receive import receive_records
 from lnk.places.where import agents_on_boxes
 from lnk.transport.buckets import Bucket, open_bucket
@@ -104,6 +105,7 @@ def restore_agent(
             head = _as_new_agent(parts.head, as_name)
         else:
             unanswered = _refuse_if_elsewhere(machine, head, url)
+        receivers.check_one_filesystem(machine)  # before anything of a live copy is moved aside
         kept = _make_room(machine, head, force)
         if layout == 2:
             records = records_layout2(reader, parts, progress)

@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         fail(UsageError(e.format_message(), hint="see lnk --help, or add --help after the command"))
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as e:
+        # a system call failed where no step said why: still one line, never a traceback
+        # (fail() escapes the file's name)
+        where = f": {e.filename}" if e.filename else ""
+        fail(LnkError(f"{e.strerror or e}{where}"))
     sys.exit(0)
 
 

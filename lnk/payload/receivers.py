@@ -246,6 +246,21 @@ def check_prepare(machine: Machine, agent_id: str | None, name: str | None) -> b
     return existing is not None
 
 
+def check_one_filesystem(machine: Machine) -> None:
+    """An arriving agent is staged in the receivers' folder and renamed into its place (the
+    atomic apply), and its files are linked with the receiver's objects: both need the
+    agents' folder on the receivers' filesystem.  Refused before anything is received."""
+    agents, receivers = machine.agents_root, machine.receivers_dir
+    agents.mkdir(parents=True, exist_ok=True)
+    receivers.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if os.stat(agents).st_dev != os.stat(receivers).st_dev:
+        raise Refused(
+            f"{agents} is on another filesystem than {receivers}, where an arriving agent is "
+            "staged and renamed into place; nothing was received",
+            hint=f"df {agents}/ {machine.state_dir}/ (then put both on one filesystem)",
+        )
+
+
 def prepare(
     machine: Machine,
     agent_id: str | None = None,
@@ -260,6 +275,7 @@ def prepare(
     rid = RECEIVER_PREFIX + secrets.token_hex(8)
     r = Receiver(machine, rid)
     machine.receivers_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_one_filesystem(machine)
     r.dir.mkdir(mode=0o700)
     key = ReceiverKey.generate()
     fd = os.open(r.dir / "key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -21,14 +21,46 @@ def _answers_here(world: World, agent_id: str) -> None:
 def test_disk_full_at_the_destination(world: World) -> None:
     agent_id = make_agent(world)
     put_file(world, HERE, "big.bin", 4 << 20)
-    link = world.boxes["b1"] / "Link"
-    link.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(link)], check=True)
+    box = world.boxes["b1"]
+    small = box / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
     try:
+        # the agents' folder and the receivers' on the one small filesystem (a receive
+        # stages there and renames into place)
+        (small / "Agents").mkdir()
+        (small / "receivers").mkdir(mode=0o700)
+        (box / "Link").mkdir(parents=True, exist_ok=True)
+        (box / "Link" / "Agents").symlink_to(small / "Agents")
+        (box / ".lnk").mkdir(exist_ok=True)
+        receivers = box / ".lnk" / "receivers"
+        if receivers.is_dir():
+            receivers.rmdir()
+        receivers.symlink_to(small / "receivers")
         r = world.lnk("agent", "move", "--agent", AGENT, "--to", "b1")
-        assert r.code != 0 and "lnk: error:" in r.err, r.err
+        assert r.code != 0 and r.err.count("lnk: error:") == 1, r.err
+        assert "another filesystem" not in r.err and "Traceback" not in r.err, r.err
     finally:
-        subprocess.run(["umount", "-l", str(link)], check=True)
+        subprocess.run(["umount", "-l", str(small)], check=True)
+    _answers_here(world, agent_id)
+
+
+def test_a_destination_whose_agents_are_on_another_filesystem(world: World) -> None:
+    """Refused at the prepare, in one line; the agent answers here, nothing sent."""
+    agent_id = make_agent(world)
+    box = world.boxes["b1"]
+    other = box / "other"
+    other.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(other)], check=True)
+    try:
+        (box / "Link").mkdir(parents=True, exist_ok=True)
+        (box / "Link" / "Agents").symlink_to(other)
+        r = world.lnk("agent", "move", "--agent", AGENT, "--to", "b1")
+        assert r.code == 6 and r.err.count("lnk: error:") == 1, r.err
+        assert "is on another filesystem than" in r.err and "Traceback" not in r.err
+        assert list(other.iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(other)], check=True)
     _answers_here(world, agent_id)
 
 
