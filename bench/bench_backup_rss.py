@@ -30,13 +30,16 @@ GOAL = 200 * MIB
 
 
 def lnk_rounds(tree: Path, master: Path, work: Path, out: Path) -> dict[str, Run]:
-    home, home_b, repo = work / "home", work / "home-b", work / "repo"
-    for p in (home, home_b, repo, out):
+    # the second machine (the restore's) lives on --restore-to whole: its receivers stage
+    # beside its agents (one filesystem), and creating a million files where as many were
+    # just deleted costs ext4's inode allocator more than the restore itself
+    home, home_b, repo = work / "home", out / "home-b", work / "repo"
+    for p in (home, home_b, repo):
         shutil.rmtree(p, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     subprocess_cp(master, home)
     repo.mkdir(parents=True)
-    home_b.mkdir()
+    home_b.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LNK_")}
     env |= {"PYTHONPATH": str(tree), "LNK_TESTING": "1"}
     lnk = [sys.executable, "-m", "lnk"]
@@ -47,13 +50,6 @@ def lnk_rounds(tree: Path, master: Path, work: Path, out: Path) -> dict[str, Run
     }
     key = run([*lnk, "backup", "key", "export"], env=env | {"HOME": str(home)}).out.encode()
     run([*lnk, "backup", "key", "import"], env=env | {"HOME": str(home_b)}, stdin=key)
-    # the restore writes into the second machine's agents folder (~/Link/Agents), placed
-    # on --restore-to (creating a million files where as many were just deleted costs
-    # ext4's inode allocator more than the restore itself)
-    agents = Machine(home_b).folders(NAME).root.parent
-    agents.parent.mkdir(parents=True, exist_ok=True)
-    out.mkdir(parents=True)
-    agents.symlink_to(out)
     res["restore"] = run(
         [*lnk, "agent", "restore", NAME, "--from", f"file://{repo}"],
         env=env | {"HOME": str(home_b)},
