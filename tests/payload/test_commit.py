@@ -186,11 +186,17 @@ def test_disk_full_while_staging_leaves_the_destination_unchanged(
 
 @pytest.fixture
 def small_disk(dst: Machine) -> Iterator[Path]:
-    """The destination's ~/.lnk on a 2 MiB tmpfs (needs root, as CI runs the tests)."""
-    where = dst.state_dir
+    """The destination's ~/.lnk and ~/Link/Agents on one 2 MiB tmpfs (a receive stages in
+    the one and renames into the other; needs root, as CI runs the tests)."""
+    where = dst.home / "small"
     where.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], check=True)
     try:
+        (where / "lnk").mkdir()
+        (where / "Agents").mkdir()
+        dst.state_dir.symlink_to(where / "lnk")
+        dst.agents_root.parent.mkdir(parents=True, exist_ok=True)
+        dst.agents_root.symlink_to(where / "Agents")
         yield where
     finally:
         if subprocess.run(["umount", str(where)], check=False).returncode:
