@@ -42,7 +42,12 @@ def lnk_rounds(tree: Path, master: Path, work: Path, out: Path) -> dict[str, Run
     home_b.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LNK_")}
     env |= {"PYTHONPATH": str(tree), "LNK_TESTING": "1"}
-    lnk = [sys.executable, "-m", "lnk"]
+    # run from the tree: ``python -m`` puts the working folder before PYTHONPATH
+    lnk = [
+        sys.executable,
+        "-c",
+        f"import sys; sys.path.insert(0, {str(tree)!r}); from lnk.cli.main import main; main()",
+    ]
     to = ["--agent", NAME, "--to", f"file://{repo}"]
     res = {
         "first backup": run([*lnk, "agent", "backup", *to], env=env | {"HOME": str(home)}),

@@ -87,16 +87,19 @@ class _Segment:
         return self.records[self.fanout[first << 8] * WIDTH : self.fanout[(first + 1) << 8] * WIDTH]
 
 
-def _sorted_group(data: bytes | bytearray, out: bytearray) -> None:
-    """Append ``data``'s records to ``out`` sorted, the first of each ID only."""
+def _sorted_group(data: bytes | bytearray, out: bytearray, at: int) -> int:
+    """Write ``data``'s records into ``out`` from byte ``at``, sorted, the first of each ID
+    only; where the next write goes."""
     if len(data) == WIDTH:
-        out += data
-        return
+        out[at : at + WIDTH] = data
+        return at + WIDTH
     last = b""
     for rec in sorted(bytes(data[i : i + WIDTH]) for i in range(0, len(data), WIDTH)):
         if rec[:ID_LEN] != last:
-            out += rec
+            out[at : at + WIDTH] = rec
+            at += WIDTH
             last = rec[:ID_LEN]
+    return at
 
 
 class _Names:
@@ -140,11 +143,14 @@ class IndexBuilder:
             g += pack_tail(bad, p, offset, length, kind_number(kind))
 
     def build(self) -> BlobIndex:
-        out = bytearray()
+        # made at its size at once: grown a record at a time it would hold an eighth more
+        out = bytearray(sum(len(g) for g in self._groups))
+        at = 0
         for first in range(256):
             group, self._groups[first] = self._groups[first], bytearray()
-            _sorted_group(group, out)
+            at = _sorted_group(group, out, at)
             del group
+        del out[at:]  # the copies left out
         return BlobIndex(_Segment(out), self.packs, self.kinds)
 
 
@@ -259,16 +265,20 @@ class BlobIndex(Mapping[bytes, BlobRef]):
 
 def _merge(older: _Segment, newer: _Segment) -> _Segment:
     """One segment of both; where both hold an ID, the newer's record."""
-    out = bytearray()
+    out = bytearray(len(older.records) + len(newer.records))
+    at = 0
     for first in range(256):
         a, b = older.group(first), newer.group(first)
         if not a or not b:
-            out += a or b
+            part = a or b
+            out[at : at + len(part)] = part
+            at += len(part)
             continue
         ids = {bytes(b[i : i + ID_LEN]) for i in range(0, len(b), WIDTH)}
         keep = bytearray(b)
         for i in range(0, len(a), WIDTH):
             if bytes(a[i : i + ID_LEN]) not in ids:
                 keep += a[i : i + WIDTH]
-        _sorted_group(keep, out)
+        at = _sorted_group(keep, out, at)
+    del out[at:]
     return _Segment(out)
