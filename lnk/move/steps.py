@@ -8,6 +8,7 @@ per move (:class:`Ends`), never rebuilt from a place's name here.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from lnk.protocol import Left, Prepared, ProtocolError, ReceiveReport, Status, d
 from lnk.transport.errorline import error_line
 from lnk.transport.legs import SSH_FAILED, Leg
 from lnk.transport.pipes import settle
-from lnk.transport.process import MAX_ANSWER, LegProcess, read_bounded
+from lnk.transport.process import MAX_ANSWER, LegProcess, Stdin, Stdout, read_bounded
 
 Say = Callable[[str], None]
 
@@ -95,6 +96,27 @@ class EarlyDigests:
         self.out.close()
 
 
+def _piped(
+    ends: Ends,
+    src_args: list[str],
+    dst_args: list[str],
+    stdin: Stdin = subprocess.DEVNULL,
+    stdout: Stdout = subprocess.PIPE,
+) -> tuple[LegProcess, LegProcess]:
+    """The source's command piped into the destination's (fd to fd), both in the move's
+    guard (a signal ends them); the source's alone ended if the destination's can't start."""
+    a = ends.src.popen(src_args, stdin=stdin)
+    try:
+        assert a.stdout is not None
+        b = ends.dst.popen(dst_args, stdin=a.stdout, stdout=stdout)
+    except BaseException:
+        a.close()
+        raise
+    a.stdout.close()
+    guard.children |= {a, b}
+    return a, b
+
+
 def inventory(
     ends: Ends, name: str, prep: Prepared, early: EarlyDigests | None = None
 ) -> IO[bytes]:
@@ -117,15 +139,7 @@ def inventory(
                 b.wait()
             f.seek(0)
             return f
-        a = ends.src.popen([*DIGESTS, name])
-        try:
-            assert a.stdout is not None
-            b = ends.dst.popen([*args, "--against", "-"], stdin=a.stdout, stdout=f)
-        except BaseException:
-            a.close()
-            raise
-        a.stdout.close()
-        guard.children |= {a, b}
+        a, b = _piped(ends, [*DIGESTS, name], [*args, "--against", "-"], stdout=f)
         try:
             with a, b:
                 _code_a, _code_b, err = settle(ends.src, a, ends.dst, b)
@@ -146,15 +160,7 @@ def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> 
     send = ["agent", "state-send", "--agent", name, "--to", prep.public_key, "--phase", which]
     recv = ["agent", "state-receive", "--receiver", prep.receiver, "--json"]
     with inv:
-        a = ends.src.popen([*send, "--inventory", "-"], stdin=inv)
-        try:
-            assert a.stdout is not None
-            b = ends.dst.popen(recv, stdin=a.stdout)
-        except BaseException:
-            a.close()
-            raise
-        a.stdout.close()
-        guard.children |= {a, b}
+        a, b = _piped(ends, [*send, "--inventory", "-"], recv, stdin=inv)
         try:
             with a, b:
                 assert b.stdout is not None
