@@ -9,6 +9,7 @@ grouped on one worker, see ``pytest_collection_modifyitems``).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,10 +21,28 @@ from servers import GcsEmulator, MotoServer, RadosGateway
 PROVIDER_KEYS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY")
 
 
+def _stop_leftovers(home: Path) -> None:
+    """After a test: any lnk runner, harness or bridge still running for its HOME is killed, so
+    one failed test's agent never holds a port the next test's agent needs."""
+    mine = str(home).encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = Path(entry.path, "cmdline").read_bytes()
+            if b"lnk" not in cmd:
+                continue
+            env = Path(entry.path, "environ").read_bytes().split(b"\0")
+            if mine + b"/" in cmd or b"HOME=" + mine in env:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
 @pytest.fixture(autouse=True)
 def _hermetic_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
+) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("home")
     for name in list(os.environ):
         if name.startswith("LNK_") or name in PROVIDER_KEYS:
@@ -33,7 +52,8 @@ def _hermetic_home(
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # each worker's agents: own ports
     index = int(worker[2:]) if worker[2:].isdigit() else 0
     monkeypatch.setenv("LNK_TEST_PORT_OFFSET", str(2000 * (index % 4)))
-    return home
+    yield home
+    _stop_leftovers(home)
 
 
 @pytest.fixture

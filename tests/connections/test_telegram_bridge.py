@@ -156,28 +156,34 @@ def test_a_ledger_edited_by_hand(
     db.commit()
     db.close()
     assert _lnk(home, "agent", "start", "--no-sandbox").returncode == 0
-    telegram.user_says(TOKEN, user_id=OWNER, text="still here")
-    wait_for("its answer", lambda: any("still here" in t for t in sent_texts(telegram)))
-    assert all(e["chat_id"] == OWNER for e in telegram.sent(TOKEN))
-    assert "not the owner's: never sent" in bridge_log(home)
-    # a ledger that isn't one the bridge writes: refused whole, nothing polled, status says so
-    _lnk(home, "agent", "stop")
-    db = sqlite3.connect(ledger)
-    db.execute("UPDATE meta SET value='soon' WHERE key='offset'")
-    db.commit()
-    db.close()
-    polls = len(telegram.calls(TOKEN, "getUpdates"))
-    assert _lnk(home, "agent", "start", "--no-sandbox").returncode == 0
-    wait_for("the refusal", lambda: "is not one the bridge wrote" in bridge_log(home))
-    telegram.user_says(TOKEN, user_id=OWNER, text="waits")
-    status = _lnk(home, "agent", "status")
-    assert "telegram: refused" in status.stdout, status.stdout
-    assert len(telegram.calls(TOKEN, "getUpdates")) == polls
-    # the hint's way out: disconnect, connect again; the message that waited is answered
-    assert _lnk(home, "agent", "disconnect", "telegram").returncode == 0
-    assert connect(home, telegram).returncode == 0
-    assert telegram.pending(TOKEN) == []  # pairing confirms what waited (it was before it)
-    _lnk(home, "agent", "stop")
+    try:
+        telegram.user_says(TOKEN, user_id=OWNER, text="still here")
+        wait_for("its answer", lambda: any("still here" in t for t in sent_texts(telegram)))
+        assert all(e["chat_id"] == OWNER for e in telegram.sent(TOKEN))
+        assert "not the owner's: never sent" in bridge_log(home)
+        # a ledger that isn't one the bridge writes: refused whole, nothing polled, status
+        # says so
+        _lnk(home, "agent", "stop")
+        db = sqlite3.connect(ledger)
+        db.execute("UPDATE meta SET value='soon' WHERE key='offset'")
+        db.commit()
+        db.close()
+        polls = len(telegram.calls(TOKEN, "getUpdates"))
+        assert _lnk(home, "agent", "start", "--no-sandbox").returncode == 0
+        wait_for("the refusal", lambda: "is not one the bridge wrote" in bridge_log(home))
+        telegram.user_says(TOKEN, user_id=OWNER, text="waits")
+        # the bridge writes what status shows just after its log line: waited for, not raced
+        wait_for(
+            "status saying so",
+            lambda: "telegram: refused" in _lnk(home, "agent", "status").stdout,
+        )
+        assert len(telegram.calls(TOKEN, "getUpdates")) == polls
+        # the hint's way out: disconnect, connect again; the message that waited is answered
+        assert _lnk(home, "agent", "disconnect", "telegram").returncode == 0
+        assert connect(home, telegram).returncode == 0
+        assert telegram.pending(TOKEN) == []  # pairing confirms what waited (before it)
+    finally:
+        _lnk(home, "agent", "stop")  # started here, not by the fixture: stopped here
 
 
 def test_disconnect_lets_go(
