@@ -21,11 +21,14 @@ from servers import GcsEmulator, MotoServer, RadosGateway
 PROVIDER_KEYS = ("OPENAI_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY")
 
 
+_SCANDIR = os.scandir  # as it is: a test may patch os.scandir until its monkeypatch undoes it
+
+
 def _stop_leftovers(home: Path) -> None:
     """After a test: any lnk runner, harness or bridge still running for its HOME is killed, so
     one failed test's agent never holds a port the next test's agent needs."""
     mine = str(home).encode()
-    for entry in os.scandir("/proc"):
+    for entry in _SCANDIR("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
