@@ -95,9 +95,7 @@ class FileSaver:
                 st = os.lstat(f.source)  # type: ignore[arg-type]
         except FileNotFoundError:
             return None
-        # a database with a write-ahead log beside it: its stat vouches for nothing
-        live = os.path.exists(f"{f.source}-wal")
-        hit = None if live else self._hit(f.rel, st)
+        hit = self._hit(f.rel, st)  # never a database's: _store_sqlite remembers none
         if hit is not None and w.add_known(path, mode, st.st_size, hit[1]):
             # unchanged since a read the stat still vouches for: not even opened
             self.vouched = st.st_mtime_ns == f.mtime_ns and st.st_size == f.size

@@ -39,3 +39,37 @@ def test_a_database_with_a_log_beside_it_is_snapshotted_not_vouched_for(tmp_path
     assert snap.execute("SELECT t FROM m").fetchall() == [("said after the cache",)]
     snap.close()
     db.close()
+
+
+def test_a_backup_reads_such_a_database_again(tmp_path: Path) -> None:
+    """A backup too: a second backup after commits held in the log carries them, the file's
+    stat unchanged (a database is stored through a snapshot each time, never vouched for by
+    the chunk cache)."""
+    from lnkrun import ok
+
+    a, b, repo = tmp_path / "a", tmp_path / "b", tmp_path / "repo"
+    for d in (a, b, repo):
+        d.mkdir()
+    ok("agent", "create", "work", home=a)
+    db_path = a / "Link" / "Agents" / "work" / "Home" / "notes.db"
+    db = sqlite3.connect(db_path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("CREATE TABLE m (t TEXT)")
+    db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    old = os.stat(db_path).st_mtime - 60  # read long after it changed: a cache remembers it
+    os.utime(db_path, (old, old))
+    to = ["--agent", "work", "--to", f"file://{repo}"]
+    ok("agent", "backup", *to, home=a)
+    st = os.stat(db_path)
+    db.execute("INSERT INTO m VALUES ('after the first backup')")
+    db.commit()
+    assert os.stat(db_path).st_mtime_ns == st.st_mtime_ns
+    ok("agent", "backup", *to, home=a)
+    db.close()
+    ok("backup", "key", "import", home=b, input=ok("backup", "key", "export", home=a).out)
+    ok("agent", "restore", "work", "--from", f"file://{repo}", home=b)
+    got = sqlite3.connect(b / "Link" / "Agents" / "work" / "Home" / "notes.db")
+    assert got.execute("SELECT t FROM m").fetchall() == [("after the first backup",)]
+    got.close()
