@@ -309,6 +309,16 @@ class ScheduleAnswer(Answer):
     schedule: BackupSchedule | None = None
 
 
+@dataclass(frozen=True)
+class ServerReady(Answer):
+    """``lnk box serve --json``: the server a move's later steps at this box go through
+    (:mod:`lnk.transport.served`)."""
+
+    WHAT: ClassVar[str] = "server"
+    socket: str
+    pid: int
+
+
 MAX_FOLDERS = 4_000_000  # folders in one StateDigests
 MAX_PATH = 4096  # characters in one folder's path
 _HEX = frozenset("0123456789abcdef")

@@ -90,8 +90,16 @@ def _errors_mode(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--served-by"] and len(argv) >= 2:
+        # a step of a move, run by this machine's `lnk box serve` when it answers
+        # (lnk.transport.served): this process then only waits, and imported little
+        from lnk.transport import served
+
+        served.call(argv[1], argv[2:])
+        argv = argv[2:]  # no server answered: run the step here
     _register()
-    _ERRORS["mode"] = _errors_mode(sys.argv[1:] if argv is None else argv)
+    _ERRORS["mode"] = _errors_mode(argv)
     signal.signal(signal.SIGTERM, _on_signal)
     try:
         cli.main(args=argv, prog_name="lnk", standalone_mode=False)

@@ -22,22 +22,26 @@ through Python.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from lnk.errors import InvalidInput, LnkError, TransportError
-from lnk.protocol import A, decode
+from lnk.protocol import A, ServerReady, decode
 from lnk.transport import share
 from lnk.transport.errorline import PROTOCOL_ARGS, last_line, remote_error
 from lnk.transport.process import MAX_ANSWER, LegProcess, Stdin, Stdout, feed, read_bounded
+
+SERVE = ("box", "serve", "--json")
+SERVE_STOP = ("box", "serve", "--stop")
 
 SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
@@ -59,9 +63,12 @@ class Leg:
     name: str
 
     # --- what subclasses provide -------------------------------------
-    def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
-        """The local argv that runs ``lnk ARGS`` at this place (with ``PROTOCOL_ARGS``
-        unless ``bare``: asking an lnk of any age its version)."""
+    def lnk_argv(self, args: Sequence[str]) -> list[str]:
+        """The local argv that runs ``lnk ARGS`` (exactly those) at this place."""
+        raise NotImplementedError
+
+    def server_key(self) -> str:
+        """Names this place's lnk server (:func:`lnk.transport.share.server`)."""
         raise NotImplementedError
 
     def shell_argv(self, script: str) -> list[str]:
@@ -83,6 +90,34 @@ class Leg:
         )
 
     # --- the interface ------------------------------------------------
+    def argv(self, args: Sequence[str], bare: bool = False, served: bool = True) -> list[str]:
+        """The local argv that runs ``lnk ARGS`` at this place: with ``PROTOCOL_ARGS``
+        unless ``bare`` (asking an lnk of any age its version), and inside a shared
+        block through the place's lnk server (:mod:`lnk.transport.served`) unless
+        ``bare`` or not ``served``."""
+        proto = () if bare else PROTOCOL_ARGS
+        socket = None if bare or not served else share.server(self.server_key(), self._serve)
+        via = ("--served-by", socket) if socket else ()
+        return self.lnk_argv([*via, *proto, *args])
+
+    def _serve(self) -> tuple[str, Callable[[], None]] | None:
+        """Start this place's lnk server: its socket and how to stop it, or None (an lnk
+        without one, or any failure: the steps then run as plain processes)."""
+        try:
+            r = self._run(self.argv(SERVE, served=False), list(SERVE), None, True, False)
+            if r.returncode != 0:
+                return None
+            ready = decode(r.stdout, ServerReady, self.name)
+        except LnkError:
+            return None
+
+        def stop() -> None:
+            argv = self.lnk_argv(["--served-by", ready.socket, *PROTOCOL_ARGS, *SERVE_STOP])
+            with contextlib.suppress(LnkError, OSError):
+                self._run(argv, list(SERVE_STOP), None, True, False)
+
+        return ready.socket, stop
+
     def run(
         self,
         args: Sequence[str],
@@ -195,8 +230,11 @@ class LocalLeg(Leg):
     def __repr__(self) -> str:
         return f"LocalLeg({str(self.home)!r})"
 
-    def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
-        return [sys.executable, "-m", "lnk", *(() if bare else PROTOCOL_ARGS), *args]
+    def lnk_argv(self, args: Sequence[str]) -> list[str]:
+        return [sys.executable, "-m", "lnk", *args]
+
+    def server_key(self) -> str:
+        return f"local {self.home}"
 
     def shell_argv(self, script: str) -> list[str]:
         return ["/bin/sh", "-c", script]
@@ -262,12 +300,17 @@ class SshLeg(Leg):
         return os.environ.get("LNK_REMOTE_LNK", "").strip() or self._remote_lnk or "lnk"
 
     def remote_command(self, args: Sequence[str], bare: bool = False) -> str:
-        proto = () if bare else PROTOCOL_ARGS
-        return " ".join([self.remote_lnk, *proto, *(shlex.quote(a) for a in args)])
+        """The shell line run at the box for ``lnk ARGS`` (no server)."""
+        return self._line([*(() if bare else PROTOCOL_ARGS), *args])
 
-    def argv(self, args: Sequence[str], bare: bool = False) -> list[str]:
-        cmd = self.remote_command(args, bare)
-        return [*self._ssh(), *_fault_env(), self.destination, "--", cmd]
+    def _line(self, args: Sequence[str]) -> str:
+        return " ".join([self.remote_lnk, *(shlex.quote(a) for a in args)])
+
+    def lnk_argv(self, args: Sequence[str]) -> list[str]:
+        return [*self._ssh(), *_fault_env(), self.destination, "--", self._line(args)]
+
+    def server_key(self) -> str:
+        return f"ssh {shlex.join(ssh_command())} {self.destination} {self.remote_lnk}"
 
     def shell_argv(self, script: str) -> list[str]:
         return [*self._ssh(), self.destination, "--", script]

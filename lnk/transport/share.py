@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 PERSIST_S = 30
@@ -42,11 +42,50 @@ _lock = threading.Lock()
 _folder: Path | None = None
 _depth = 0
 _opened: set[tuple[tuple[str, ...], str]] = set()
+# a leg's lnk server inside the block (lnk.transport.served): its key -> the socket, or
+# None when none could start; and how each is stopped at the block's end
+_servers: dict[str, str | None] = {}
+_stops: list[Callable[[], None]] = []
+_starting = threading.Lock()
 
 
 def enabled() -> bool:
     """Whether sharing is on (``LNK_SSH_SHARE`` is not ``0``)."""
     return os.environ.get("LNK_SSH_SHARE", "1").strip() != "0"
+
+
+def serving() -> bool:
+    """Whether a move's steps go through one lnk server per box (``LNK_BOX_SERVE`` is
+    not ``0``)."""
+    return os.environ.get("LNK_BOX_SERVE", "1").strip() != "0"
+
+
+ServerStart = Callable[[], tuple[str, Callable[[], None]] | None]
+
+
+def server(key: str, start: ServerStart) -> str | None:
+    """Inside a :func:`shared` block, the socket of the lnk server for the place ``key``:
+    started by ``start`` the first time (which gives the socket and how to stop it, or
+    None when the place has none; it is not asked again in this block)."""
+    with _lock:
+        if _depth == 0 or not serving():
+            return None
+        if key in _servers:
+            return _servers[key]
+    with _starting:
+        with _lock:
+            if key in _servers:
+                return _servers[key]
+        got = start()
+        with _lock:
+            if _depth == 0:  # the block ended meanwhile
+                if got is not None:
+                    _stops.append(got[1])
+                return None
+            _servers[key] = got[0] if got else None
+            if got is not None:
+                _stops.append(got[1])
+            return _servers[key]
 
 
 def options(ssh: list[str], destination: str) -> list[str]:
@@ -77,19 +116,26 @@ def _private_folder() -> Path:
 @contextlib.contextmanager
 def shared() -> Iterator[Path | None]:
     """Share one connection per box among the ssh commands run inside (nested blocks
-    join the outermost); every master opened is closed when the outermost ends."""
+    join the outermost), and one lnk server per place (:func:`server`); every master
+    opened and every server started is closed when the outermost ends."""
     global _folder, _depth
-    if not enabled():
-        yield None
-        return
     with _lock:
         _depth += 1
-        if _folder is None:
+        if _folder is None and enabled():
             _folder = _private_folder()
         mine = _folder
     try:
         yield mine
     finally:
+        with _lock:
+            last = _depth == 1
+            if last:
+                stops = list(_stops)
+                _stops.clear()
+                _servers.clear()
+        if last:
+            for stop in stops:  # over the shared connections, before they close
+                stop()
         with _lock:
             _depth -= 1
             last = _depth == 0
@@ -97,7 +143,7 @@ def shared() -> Iterator[Path | None]:
                 _folder = None
                 opened = sorted(_opened)
                 _opened.clear()
-        if last:
+        if last and mine is not None:
             close(mine, opened)
 
 

@@ -1,0 +1,251 @@
+"""The lnk server a move's steps go through (lnk.transport.served): real processes, a
+real unix socket, real fork; the step's body is a small program of the test's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lnk.transport import share
+from lnk.transport.legs import LocalLeg
+
+SERVER = textwrap.dedent(
+    """
+    import os, sys, time
+    from lnk.transport import served
+
+    def run(argv):
+        if argv[0] == "echo":
+            data = sys.stdin.buffer.read()
+            out = b"|".join([data, os.environ["X"].encode(), os.getcwd().encode(),
+                             b"%o" % os.umask(0)])
+            sys.stdout.buffer.write(out)
+            sys.stderr.write("to stderr\\n")
+            sys.exit(int(argv[1]))
+        if argv[0] == "kill":
+            os.kill(os.getpid(), int(argv[1]))
+        if argv[0] == "wait":
+            with open(argv[1], "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(60)
+        if argv[0] == "close":
+            sys.stdout.write(str(os.getpid()))
+            sys.stdout.flush()
+            os.close(1)
+            time.sleep(30)
+        if argv[0] == "stop":
+            os.kill(served.server_pid(), 15)
+
+    path, pid = served.start(run, float(sys.argv[1]))
+    print(path, pid, flush=True)
+    """
+)
+
+CALLER = textwrap.dedent(
+    """
+    import sys
+    from lnk.transport import served
+    served.call(sys.argv[1], sys.argv[2:])
+    print("no server: ran here")
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    out = subprocess.run(
+        [sys.executable, str(script), "30"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    path, pid = out[0], int(out[1])
+    try:
+        yield path, pid
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def call(tmp_path: Path, path: str, *args: str, **kw: object) -> subprocess.CompletedProcess[bytes]:
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    return subprocess.run(
+        [sys.executable, str(script), path, *args],
+        capture_output=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def test_a_step_runs_with_the_callers_input_output_environment_folder_and_umask(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    path, _ = server
+    work = tmp_path / "work"
+    work.mkdir()
+    r = call(
+        tmp_path,
+        path,
+        "echo",
+        "3",
+        input=b"given",
+        cwd=work,
+        env={**os.environ, "X": "from the caller"},
+        preexec_fn=lambda: os.umask(0o027),
+    )
+    assert r.returncode == 3
+    assert r.stdout == b"|".join([b"given", b"from the caller", str(work).encode(), b"27"])
+    assert r.stderr == b"to stderr\n"
+
+
+def test_a_step_killed_by_a_signal_kills_its_caller_by_the_same(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    path, pid = server
+    assert call(tmp_path, path, "kill", str(int(signal.SIGKILL))).returncode == -signal.SIGKILL
+    assert call(tmp_path, path, "kill", str(int(signal.SIGTERM))).returncode == -signal.SIGTERM
+    assert alive(pid)  # the server goes on
+    assert (
+        call(tmp_path, path, "echo", "0", input=b"", env={**os.environ, "X": "x"}).returncode == 0
+    )
+
+
+def test_with_no_server_the_caller_runs_the_step_itself(tmp_path: Path) -> None:
+    r = call(tmp_path, str(tmp_path / "no-such-socket"), "echo", "0")
+    assert r.returncode == 0 and r.stdout == b"no server: ran here\n"
+
+
+def test_a_caller_killed_hangs_its_step_up(server: tuple[str, int], tmp_path: Path) -> None:
+    path, server_pid = server
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    marker = tmp_path / "step.pid"
+    caller = subprocess.Popen([sys.executable, str(script), path, "wait", str(marker)])
+    deadline = time.monotonic() + 20
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    step = int(marker.read_text())
+    assert alive(step)
+    caller.kill()
+    caller.wait()
+    assert wait_gone(step), "the step outlived its caller"
+    assert alive(server_pid)
+
+
+def test_a_signal_to_the_caller_reaches_its_step(server: tuple[str, int], tmp_path: Path) -> None:
+    path, _ = server
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    marker = tmp_path / "step.pid"
+    caller = subprocess.Popen([sys.executable, str(script), path, "wait", str(marker)])
+    deadline = time.monotonic() + 20
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    caller.send_signal(signal.SIGTERM)
+    assert caller.wait(timeout=20) == -signal.SIGTERM  # the step died of it, and so did its caller
+    assert wait_gone(int(marker.read_text()))
+
+
+def test_a_stopped_server_removes_its_socket_and_later_steps_run_alone(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    path, pid = server
+    assert call(tmp_path, path, "stop").returncode == 0
+    assert not Path(path).exists() and not Path(path).parent.exists()
+    assert wait_gone(pid)
+    r = call(tmp_path, path, "echo", "0")
+    assert r.stdout == b"no server: ran here\n"
+
+
+def test_an_idle_server_ends_by_itself(tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    out = subprocess.run(
+        [sys.executable, str(script), "0.5"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert wait_gone(int(out[1]))
+    assert not Path(out[0]).parent.exists()
+
+
+def test_a_request_that_is_not_one_is_closed_and_the_server_goes_on(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    import socket
+
+    path, pid = server
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        try:
+            got = s.recv(64)
+        except ConnectionResetError:
+            got = b""
+        assert got == b""  # closed unanswered
+    assert alive(pid)
+    r = call(tmp_path, path, "echo", "5", input=b"", env={**os.environ, "X": "x"})
+    assert r.returncode == 5
+
+
+def test_a_local_boxs_steps_go_through_its_server_inside_a_shared_block(tmp_path: Path) -> None:
+    leg = LocalLeg(tmp_path / "box")
+    assert "--served-by" not in leg.argv(["version"])  # outside a block: plain
+    with share.shared():
+        argv = leg.argv(["agent", "list", "--json"])
+        assert argv[3] == "--served-by"
+        sock = Path(argv[4])
+        assert sock.is_socket() and oct(sock.parent.stat().st_mode & 0o777) == "0o700"
+        r = leg.run(["agent", "list", "--json"])
+        assert b'"agents": []' in r.stdout
+        assert "--served-by" not in leg.argv(["version", "--json"], bare=True)
+    assert not sock.exists() and not sock.parent.exists()  # stopped at the block's end
+    assert "--served-by" not in leg.argv(["agent", "list"])
+
+
+def test_served_steps_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LNK_BOX_SERVE", "0")
+    leg = LocalLeg(tmp_path / "box")
+    with share.shared():
+        assert "--served-by" not in leg.argv(["agent", "list"])
+
+
+def test_a_step_that_closes_its_output_ends_it_for_the_reader(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    path, _ = server
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    caller = subprocess.Popen([sys.executable, str(script), path, "close"], stdout=subprocess.PIPE)
+    assert caller.stdout is not None
+    out = caller.stdout.read()  # the end of output: the step holds it alone
+    step = int(out)
+    assert alive(step) and caller.poll() is None  # still running, yet its output ended
+    caller.send_signal(signal.SIGTERM)
+    caller.wait(timeout=20)
+    assert wait_gone(step)
