@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -14,7 +12,7 @@ from lnk.cli.output import emit_json, out, say, table
 from lnk.errors import UsageError
 from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.places import boxes
-from lnk.protocol import ServerReady, Version
+from lnk.protocol import Version
 
 
 @click.group()
@@ -121,34 +119,3 @@ def version(as_json: bool) -> None:
         emit_json(Version(lnk.__version__, STREAM_FORMAT).to_json())
     else:
         out(f"lnk {lnk.__version__} (stream format {STREAM_FORMAT})")
-
-
-@box.command("serve", hidden=True)
-@click.option("--stop", is_flag=True, help="stop the server this step runs in")
-@click.option("--idle", type=float, default=None, help="end after this many seconds idle")
-@click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
-def serve(stop: bool, idle: float | None, as_json: bool) -> None:
-    """Start this machine's lnk server for a move's steps (docs/boxes.md)."""
-    from lnk.transport import served
-
-    if stop:
-        pid = served.server_pid()
-        if pid is None:
-            raise UsageError(
-                "lnk box serve --stop runs through a server (--served-by SOCKET)",
-                hint="a server with no step ends by itself",
-            )
-        os.kill(pid, signal.SIGTERM)
-        return
-    path, pid = served.start(_run_step, served.IDLE_S if idle is None else idle)
-    ready = ServerReady(path, pid)
-    if as_json:
-        emit_json(ready.to_json())
-    else:
-        out(f"lnk server {pid} at {path}")
-
-
-def _run_step(argv: list[str]) -> None:
-    from lnk.cli.main import main
-
-    main(argv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from typing import NoReturn
@@ -46,8 +47,41 @@ def _register() -> None:
     cli.add_command(backup.bucket)
     cli.add_command(backup.backup_top)
     cli.add_command(box.box)
+    box.box.add_command(serve)
     cli.add_command(box.version)
     cli.add_command(demo.demo)
+
+
+@click.command("serve", hidden=True)
+@click.option("--stop", is_flag=True, help="stop the server this step runs in")
+@click.option("--idle", type=float, default=None, help="end after this many seconds idle")
+@click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
+def serve(stop: bool, idle: float | None, as_json: bool) -> None:
+    """Start this machine's lnk server for a move's steps (docs/boxes.md): here, as the
+    exit point, since each step it forks runs :func:`main`."""
+    from lnk.cli.output import emit_json, out
+    from lnk.protocol import ServerReady
+    from lnk.transport import server
+
+    if stop:
+        pid = server.server_pid()
+        if pid is None:
+            raise UsageError(
+                "lnk box serve --stop stops the server it runs through; this is no "
+                "server's step (a server with no step ends by itself)"
+            )
+        os.kill(pid, signal.SIGTERM)
+        return
+    path, pid = server.start(_run_step, server.IDLE_S if idle is None else idle)
+    ready = ServerReady(path, pid)
+    if as_json:
+        emit_json(ready.to_json())
+    else:
+        out(f"lnk server {pid} at {path}")
+
+
+def _run_step(argv: list[str]) -> None:
+    main(argv)
 
 
 def _on_signal(signum: int, _frame: object) -> NoReturn:

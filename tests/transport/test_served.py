@@ -1,4 +1,4 @@
-"""The lnk server a move's steps go through (lnk.transport.served): real processes, a
+"""The lnk server a move's steps go through (lnk.transport.served, .server): real processes, a
 real unix socket, real fork; the step's body is a small program of the test's."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lnk.transport.legs import LocalLeg
 SERVER = textwrap.dedent(
     """
     import os, sys, time
-    from lnk.transport import served
+    from lnk.transport import server as served
 
     def run(argv):
         if argv[0] == "echo":
@@ -249,3 +249,45 @@ def test_a_step_that_closes_its_output_ends_it_for_the_reader(
     caller.send_signal(signal.SIGTERM)
     caller.wait(timeout=20)
     assert wait_gone(step)
+
+
+def test_a_new_server_removes_the_folders_of_killed_ones(tmp_path: Path) -> None:
+    import socket
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="lnkrt-", dir="/tmp"))
+    try:
+        dead = base / "lnk-serve-dead"
+        dead.mkdir(mode=0o700)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(dead / "s"))  # bound, then closed: nothing listens there
+        empty = base / "lnk-serve-empty"
+        empty.mkdir(mode=0o700)
+        other = base / "not-a-server"
+        other.mkdir()
+        script = tmp_path / "server.py"
+        script.write_text(SERVER)
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(base)}
+        out = subprocess.run(
+            [sys.executable, str(script), "30"], capture_output=True, text=True, check=True, env=env
+        ).stdout.split()
+        live = Path(out[0]).parent
+        try:
+            assert live.parent == base and live.exists()
+            assert not dead.exists() and not empty.exists() and other.exists()
+            # a second server leaves the first, which is alive, alone
+            again = subprocess.run(
+                [sys.executable, str(script), "30"],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            ).stdout.split()
+            assert live.exists() and Path(again[0]).parent.exists()
+            os.kill(int(again[1]), signal.SIGKILL)
+        finally:
+            os.kill(int(out[1]), signal.SIGKILL)
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
