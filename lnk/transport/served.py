@@ -33,8 +33,10 @@ The wire, in both directions on one connection:
 * request: ``LNKS`` + 4-byte big-endian length + that many bytes of JSON
   ``{"argv": [...], "env": {...}, "cwd": "...", "umask": N}``, the three
   descriptors attached to the first byte;
-* answers: the line ``pid N`` once the step runs, then ``exit N`` or
-  ``signal N`` when it ended.
+* answers: ``pid N`` from the step once it runs, ``exit N`` from the step as it
+  ends, and from the server once it ended ``exit N`` or ``signal N`` (a signal
+  killed it): the first status line counts, so a step whose server was killed
+  meanwhile still tells how it ended.
 """
 
 from __future__ import annotations
@@ -78,10 +80,15 @@ def call(path: str, args: list[str]) -> None:
     except OSError:
         conn.close()
         return  # no server took it: nothing ran
-    if not first.startswith(b"pid "):
+    if not first:
         conn.close()
-        return
-    _pass_signals_to(int(first[4:]))
+        return  # closed unanswered: no step was forked
+    if not first.startswith(b"pid "):
+        _exit_as(first)  # it ended before it could say its pid
+    try:
+        _pass_signals_to(int(first[4:]))
+    except ValueError:
+        _exit_as(b"")
     # the step holds our input and output now: let go of them, so an end of input or
     # of output is the step's alone, as for a started process (stderr stays: the
     # line below, if the server ends first)

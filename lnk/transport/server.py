@@ -3,9 +3,11 @@
 :func:`start` binds the socket in a new private folder, then forks the daemon (its
 own session, nothing of the command that started it held open) and returns once
 it listens.  The daemon takes one request at a time (:func:`_take`: this user's
-only, three descriptors and the JSON), forks the step, answers ``pid N``, and
-when the step ends ``exit N`` or ``signal N``.  The step becomes its caller
-(:func:`_become`) and runs ``lnk ARGS`` through the function it was given.
+only, three descriptors and the JSON) and forks the step, which answers ``pid N``
+itself, becomes its caller (:func:`_become`), runs ``lnk ARGS`` through the
+function it was given and answers ``exit N`` as it ends; once it ended the server
+answers too (``exit N``, or ``signal N`` for a step a signal killed), so a caller
+learns how its step ended even if one of the two is gone.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SOCKET_NAME = "s"
 _READ_TIMEOUT_S = 10.0  # a caller takes this long at most to send its request
 
 _SERVER_PID: int | None = None  # in a step the server forked: the server's pid
+_CALLER: socket.socket | None = None  # in a step: the connection to its caller
 
 
 class _Step:
@@ -137,6 +140,9 @@ def _finish(code: int) -> NoReturn:
     for f in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             f.flush()
+    if _CALLER is not None:  # told by the step itself, so a server killed meanwhile
+        with contextlib.suppress(OSError):  # loses no finished step's status
+            _CALLER.sendall(b"exit %d\n" % code)
     os._exit(code)
 
 
@@ -232,9 +238,7 @@ def _serve(listener: socket.socket, folder: Path, idle_s: float) -> _Step | None
                     return step
                 for fd in step.fds:
                     os.close(fd)
-                with contextlib.suppress(OSError):
-                    step.conn.sendall(b"pid %d\n" % pid)
-                running[pid] = step.conn
+                running[pid] = step.conn  # the step tells its pid; this, how it ended
             elif key.fileobj == wake_r:
                 try:
                     while os.read(wake_r, 512):
@@ -330,6 +334,10 @@ def _become(step: _Step) -> None:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=os.isatty(1))
     sys.argv = ["lnk", *step.argv]
+    global _CALLER
+    _CALLER = step.conn
+    with contextlib.suppress(OSError):  # first: the server writes only once this ended
+        step.conn.sendall(b"pid %d\n" % os.getpid())
     threading.Thread(target=_hang_up_when_gone, args=(step.conn,), daemon=True).start()
 
 

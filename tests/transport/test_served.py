@@ -41,6 +41,12 @@ SERVER = textwrap.dedent(
             sys.stdout.flush()
             os.close(1)
             time.sleep(30)
+        if argv[0] == "slow":
+            with open(argv[1], "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(1.5)
+            sys.stdout.write("done")
+            sys.exit(7)
         if argv[0] == "stop":
             os.kill(served.server_pid(), 15)
 
@@ -291,3 +297,22 @@ def test_a_new_server_removes_the_folders_of_killed_ones(tmp_path: Path) -> None
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_step_whose_server_is_killed_meanwhile_still_tells_how_it_ended(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    path, server_pid = server
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    marker = tmp_path / "step.pid"
+    caller = subprocess.Popen(
+        [sys.executable, str(script), path, "slow", str(marker)], stdout=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 20
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    os.kill(server_pid, signal.SIGKILL)
+    out, _ = caller.communicate(timeout=30)
+    assert (caller.returncode, out) == (7, b"done")  # not run again, not failed
