@@ -67,6 +67,33 @@ print(json.dumps(out["timings"]))
 """
 
 
+# with --trace: an ssh that logs when each step started and ended (its own start, about
+# 50 ms, is in every step's time: a breakdown, not a figure)
+TRACER = """
+import json, os, subprocess, sys, time
+t0 = time.time()
+args = sys.argv[1:]
+code = subprocess.run(args).returncode
+cmd = args[args.index("--") + 1] if "--" in args else " ".join(args[-4:])
+with open(os.environ["LNK_BENCH_TRACE"], "a") as f:
+    f.write(json.dumps({"t0": t0, "t1": time.time(), "cmd": cmd}) + "\\n")
+sys.exit(code if code >= 0 else 255)
+"""
+
+
+def print_trace(path: Path, started: float, title: str) -> None:
+    """Each ssh command of one move: when it started (from the move's start), how long."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    print(f"\n{title}: the move's ssh commands (start s, duration s, command)")
+    busy = 0.0
+    for r in sorted(rows, key=lambda r: r["t0"]):
+        d = r["t1"] - r["t0"]
+        busy += d
+        words = [w for w in r["cmd"].split() if not w.startswith(("/", "PYTHONPATH"))]
+        print(f"  {r['t0'] - started:6.2f} {d:6.2f}  {' '.join(words)[:110]}")
+    print(f"  {len(rows)} commands, {busy:.2f} s in them (overlapping pipes count twice)")
+
+
 def accepted(hosts: Hosts) -> int:
     """SSH connections both hosts' sshds accepted so far."""
     n = 0
@@ -84,16 +111,28 @@ def tree_env(tree: Path) -> dict[str, str]:
     )
 
 
-def unchanged(b: Bench, tree: Path) -> dict[str, float]:
+def unchanged(b: Bench, tree: Path, trace: Path | None = None) -> dict[str, float]:
     dst = b.other(NAME)
+    env = tree_env(tree)
+    if trace is not None:
+        tracer = trace.with_suffix(".py")
+        tracer.write_text(TRACER)
+        trace.unlink(missing_ok=True)
+        env |= {
+            "LNK_SSH_COMMAND": f"{sys.executable} {tracer} {b.ssh(None)}",
+            "LNK_BENCH_TRACE": str(trace),
+        }
     w0, c0, t0 = wire(b.hosts), accepted(b.hosts), time.perf_counter()
+    started = time.time()
     r = subprocess.run(
         [sys.executable, "-m", "lnk", "agent", "move", "--agent", NAME, "--to", BOX[dst.name]],
-        env=tree_env(tree),
+        env=env,
         capture_output=True,
         cwd="/",  # python -m puts its working folder first on sys.path
     )
     wall = time.perf_counter() - t0
+    if trace is not None and r.returncode == 0:
+        print_trace(trace, started, f"{tree}: unchanged move back, {wall:.2f} s")
     if r.returncode:
         raise RuntimeError(f"move with {tree}: {r.stderr.decode()[-2000:]}")
     b.where[NAME] = dst.name
@@ -117,6 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--before", type=Path, required=True, help="the lnk tree to compare with")
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--trace", action="store_true", help="then one traced unchanged move with each tree"
+    )
     a = ap.parse_args(argv)
     trees = {"before": a.before.resolve(), "after": HERE_DIR.parent}
 
@@ -155,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
                     res[k][f].append(u[f])
                 res[k]["pause_s"].append(one_changed(b, tree))
                 note(f"{n + 1} {k}: {u} pause {res[k]['pause_s'][-1]:.2f} s")
+        if a.trace:
+            for tree in trees.values():
+                unchanged(b, tree, hosts.root / "trace.jsonl")
         state = sum(p.stat().st_size for p in b.agent_root(NAME).rglob("*") if p.is_file())
         rs = rsync_peer(b, NAME)
     shutil.rmtree(hosts.root, ignore_errors=True)  # the agent, twice: GBs at 100,000 files
