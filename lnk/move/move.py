@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lnk.agents.layout import Machine
@@ -53,6 +54,12 @@ def _current(machine: Machine, place: str, say: Say, leg: Leg | None = None) -> 
     if report.action != "found":
         say(report.describe())
     return report.box.leg()
+
+
+def _ready_end(machine: Machine, place: str, say: Say, leg: Leg | None = None) -> Leg:
+    got = _current(machine, place, say, leg)
+    got.warm()
+    return got
 
 
 def move(
@@ -128,7 +135,11 @@ def _move(
             f"an earlier move of {name} ({e.move}) is still unfinished: {e.failed or e.phase}",
             hint="make sure both boxes answer, then run lnk agent move again",
         )
-    ends = Ends(_current(machine, where.place, say, where.leg), _current(machine, to, say))
+    # the two ends checked (and upgraded) at once, each then starting its lnk server
+    with ThreadPoolExecutor(2, "lnk-move-ends") as pool:
+        src = pool.submit(_ready_end, machine, where.place, say, where.leg)
+        dst = pool.submit(_ready_end, machine, to, say)
+        ends = Ends(src.result(), dst.result())
     st = steps.status(ends.src, name)
     if st.id != where.id:
         raise NotFound(

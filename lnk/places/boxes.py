@@ -21,6 +21,7 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.places.wheel import build_wheel, install_wheel
 from lnk.protocol import Version, decode
 from lnk.transport.legs import Leg, LocalLeg, SshLeg
+
+_registry_lock = threading.Lock()
 
 USER_LNK = "$HOME/.local/bin/lnk"
 """Where ``pip install --user`` puts the lnk script, for a box whose PATH lacks it."""
@@ -310,10 +313,11 @@ def ensure_current(box: Box, *, install: bool = True) -> AddReport:
         return AddReport(box, "found", here, here)
     report = _add_ssh(box, install)
     if report.box.remote_lnk != box.remote_lnk:
-        boxes = _load()
-        if box.name in boxes:
-            boxes[box.name]["remote_lnk"] = str(report.box.remote_lnk)
-            _save(boxes)
+        with _registry_lock:  # a move checks its two ends at once
+            boxes = _load()
+            if box.name in boxes:
+                boxes[box.name]["remote_lnk"] = str(report.box.remote_lnk)
+                _save(boxes)
     return report
 
 

@@ -100,6 +100,11 @@ class Leg:
         via = ("--served-by", socket) if socket else ()
         return self.lnk_argv([*via, *proto, *args])
 
+    def warm(self) -> None:
+        """Inside a shared block, start this place's lnk server now (else at its first
+        step); outside one, nothing."""
+        share.server(self.server_key(), self._serve)
+
     def _serve(self) -> tuple[str, Callable[[], None]] | None:
         """Start this place's lnk server: its socket and how to stop it, or None (an lnk
         without one, or any failure: the steps then run as plain processes)."""

@@ -46,7 +46,7 @@ _opened: set[tuple[tuple[str, ...], str]] = set()
 # None when none could start; and how each is stopped at the block's end
 _servers: dict[str, str | None] = {}
 _stops: list[Callable[[], None]] = []
-_starting = threading.Lock()
+_starting: dict[str, threading.Lock] = {}  # one start at a time per place
 
 
 def enabled() -> bool:
@@ -72,7 +72,8 @@ def server(key: str, start: ServerStart) -> str | None:
             return None
         if key in _servers:
             return _servers[key]
-    with _starting:
+        starting = _starting.setdefault(key, threading.Lock())
+    with starting:
         with _lock:
             if key in _servers:
                 return _servers[key]
@@ -133,6 +134,7 @@ def shared() -> Iterator[Path | None]:
                 stops = list(_stops)
                 _stops.clear()
                 _servers.clear()
+                _starting.clear()
         if last:
             for stop in stops:  # over the shared connections, before they close
                 stop()
