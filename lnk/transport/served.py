@@ -57,9 +57,13 @@ HEAD = struct.Struct(">4sI")
 """A request's start: the magic and the length of the JSON that follows."""
 
 
+_PASSED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def call(path: str, args: list[str]) -> None:
     """Run ``lnk ARGS`` in the server at ``path`` and exit as it did; return (having done
     nothing) when no server answers, so the caller runs the step itself."""
+    step = _Signals()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
@@ -78,15 +82,15 @@ def call(path: str, args: list[str]) -> None:
         answers = conn.makefile("rb")
         first = answers.readline(64)
     except OSError:
+        first = b""
+    if not first:  # no server took it, or it closed unanswered: nothing ran
         conn.close()
-        return  # no server took it: nothing ran
-    if not first:
-        conn.close()
-        return  # closed unanswered: no step was forked
+        step.run_here()
+        return
     if not first.startswith(b"pid "):
         _exit_as(first)  # it ended before it could say its pid
     try:
-        _pass_signals_to(int(first[4:]))
+        step.reach(int(first[4:]))
     except ValueError:
         _exit_as(b"")
     # the step holds our input and output now: let go of them, so an end of input or
@@ -103,13 +107,33 @@ def call(path: str, args: list[str]) -> None:
     _exit_as(last)
 
 
-def _pass_signals_to(pid: int) -> None:
-    def forward(signum: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signum)
+class _Signals:
+    """INT, TERM and HUP for the step: passed on once its pid is known, held until then
+    (and raised here again if the step runs here after all)."""
 
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, forward)
+    def __init__(self) -> None:
+        self.pid = 0
+        self.held: list[int] = []
+        self.before = {s: signal.signal(s, self._on) for s in _PASSED}
+
+    def _on(self, signum: int, _frame: object) -> None:
+        if self.pid:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signum)
+        else:
+            self.held.append(signum)
+
+    def reach(self, pid: int) -> None:
+        self.pid = pid
+        for s in self.held:
+            with contextlib.suppress(OSError):
+                os.kill(pid, s)
+
+    def run_here(self) -> None:
+        for passed, handler in self.before.items():
+            signal.signal(passed, handler)
+        for held in self.held:
+            signal.raise_signal(held)
 
 
 def _exit_as(last: bytes) -> NoReturn:
