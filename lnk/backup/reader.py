@@ -31,7 +31,8 @@ from lnk.formats.keys import ReceiverKey
 READ_AHEAD = 64  # chunks whose packs are fetched ahead of the one being written
 PACKS_AHEAD = 2  # packs held at once by a read-ahead (each <= pack size); 3 and 4
 # fetchers with 3 packs were no faster and held 17 MiB more (100,000 files)
-FETCHERS = 3  # concurrent pack downloads
+FETCHERS = 2  # concurrent pack downloads: each holds a whole pack (16 MiB) while it
+# lands; a restore of a million files peaked at 200 MiB with 3 (bench/README)
 
 
 @dataclass(frozen=True)
