@@ -31,8 +31,9 @@ from lnk.formats.keys import ReceiverKey
 READ_AHEAD = 64  # chunks whose packs are fetched ahead of the one being written
 PACKS_AHEAD = 2  # packs held at once by a read-ahead (each <= pack size); 3 and 4
 # fetchers with 3 packs were no faster and held 17 MiB more (100,000 files)
-FETCHERS = 2  # concurrent pack downloads: each holds a whole pack (16 MiB) while it
-# lands; a restore of a million files peaked at 200 MiB with 3 (bench/README)
+FETCHERS = 2  # concurrent pack downloads, each holding a whole pack while it lands; a
+# million-file restore peaked at 209 MiB with 2 and 200 MiB with 3: no gain beyond a
+# run's variance (bench/README), kept as the smaller bound
 
 
 @dataclass(frozen=True)
