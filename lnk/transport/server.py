@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lnk.transport import share
 from lnk.transport.served import HEAD, MAGIC
 
 IDLE_S = 60.0
@@ -74,10 +75,8 @@ def start(run: Callable[[list[str]], object], idle_s: float = IDLE_S) -> tuple[s
     forked, ``run(argv)`` runs ``lnk ARGV`` (and exits through :class:`SystemExit`,
     which unwinds the daemon's frames as in a plain process: ``atexit`` handlers and
     buffered output run as they would)."""
-    base = os.environ.get("XDG_RUNTIME_DIR", "")
-    if not (base and len(base) <= 40 and os.path.isdir(base)):
-        base = "/tmp"
-    _sweep(Path(base))
+    base = share.socket_base()
+    _sweep(base)
     folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))
     path = str(folder / SOCKET_NAME)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -106,12 +106,17 @@ def options(ssh: list[str], destination: str) -> list[str]:
         ]
 
 
-def _private_folder() -> Path:
-    """A new 0700 folder for the sockets, with a short path (a socket's path is at most
-    about 100 bytes): under ``XDG_RUNTIME_DIR`` when it is there, else /tmp."""
+def socket_base() -> Path:
+    """Where a private folder of sockets goes, with a short path (a socket's path is at
+    most about 100 bytes): ``XDG_RUNTIME_DIR`` when it is set and short, else /tmp."""
     run = os.environ.get("XDG_RUNTIME_DIR", "")
-    base = run if run and len(run) <= 40 and os.path.isdir(run) else "/tmp"
-    return Path(tempfile.mkdtemp(prefix="lnk-ssh-", dir=base if os.path.isdir(base) else None))
+    return Path(run if run and len(run) <= 40 and os.path.isdir(run) else "/tmp")
+
+
+def _private_folder() -> Path:
+    """A new 0700 folder for the ssh masters' sockets (:func:`socket_base`)."""
+    base = socket_base()
+    return Path(tempfile.mkdtemp(prefix="lnk-ssh-", dir=base if base.is_dir() else None))
 
 
 @contextlib.contextmanager

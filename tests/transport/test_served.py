@@ -4,12 +4,13 @@ real unix socket, real fork; the step's body is a small program of the test's.""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,22 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
+def started(
+    tmp_path: Path, path: str, what: str, **kw: object
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A caller running the step ``what MARKER`` in the server, and the step's pid once
+    it wrote it."""
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    marker = tmp_path / "step.pid"
+    caller = subprocess.Popen([sys.executable, str(script), path, what, str(marker)], **kw)  # type: ignore[call-overload]
+    deadline = time.monotonic() + 20
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    return caller, int(marker.read_text())
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     script = tmp_path / "server.py"
@@ -148,15 +165,7 @@ def test_with_no_server_the_caller_runs_the_step_itself(tmp_path: Path) -> None:
 
 def test_a_caller_killed_hangs_its_step_up(server: tuple[str, int], tmp_path: Path) -> None:
     path, server_pid = server
-    script = tmp_path / "caller.py"
-    script.write_text(CALLER)
-    marker = tmp_path / "step.pid"
-    caller = subprocess.Popen([sys.executable, str(script), path, "wait", str(marker)])
-    deadline = time.monotonic() + 20
-    while not marker.exists() or not marker.read_text():
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.05)
-    step = int(marker.read_text())
+    caller, step = started(tmp_path, path, "wait")
     assert alive(step)
     caller.kill()
     caller.wait()
@@ -166,17 +175,10 @@ def test_a_caller_killed_hangs_its_step_up(server: tuple[str, int], tmp_path: Pa
 
 def test_a_signal_to_the_caller_reaches_its_step(server: tuple[str, int], tmp_path: Path) -> None:
     path, _ = server
-    script = tmp_path / "caller.py"
-    script.write_text(CALLER)
-    marker = tmp_path / "step.pid"
-    caller = subprocess.Popen([sys.executable, str(script), path, "wait", str(marker)])
-    deadline = time.monotonic() + 20
-    while not marker.exists() or not marker.read_text():
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.05)
+    caller, step = started(tmp_path, path, "wait")
     caller.send_signal(signal.SIGTERM)
     assert caller.wait(timeout=20) == -signal.SIGTERM  # the step died of it, and so did its caller
-    assert wait_gone(int(marker.read_text()))
+    assert wait_gone(step)
 
 
 def test_a_stopped_server_removes_its_socket_and_later_steps_run_alone(
@@ -303,16 +305,49 @@ def test_a_step_whose_server_is_killed_meanwhile_still_tells_how_it_ended(
     server: tuple[str, int], tmp_path: Path
 ) -> None:
     path, server_pid = server
-    script = tmp_path / "caller.py"
-    script.write_text(CALLER)
-    marker = tmp_path / "step.pid"
-    caller = subprocess.Popen(
-        [sys.executable, str(script), path, "slow", str(marker)], stdout=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 20
-    while not marker.exists() or not marker.read_text():
-        assert time.monotonic() < deadline, "the step never started"
-        time.sleep(0.05)
+    caller, _ = started(tmp_path, path, "slow", stdout=subprocess.PIPE)
     os.kill(server_pid, signal.SIGKILL)
     out, _ = caller.communicate(timeout=30)
     assert (caller.returncode, out) == (7, b"done")  # not run again, not failed
+
+
+class _AnsweringLeg(LocalLeg):
+    """A local box whose ``box serve`` answers ``reply`` (what a hostile or broken
+    box could say)."""
+
+    def __init__(self, home: Path, reply: str) -> None:
+        super().__init__(home)
+        self.reply = reply
+
+    def lnk_argv(self, args: Sequence[str]) -> list[str]:
+        if list(args[-3:]) == ["box", "serve", "--json"]:
+            return ["/bin/sh", "-c", 'printf "%s" "$1"', "sh", self.reply]
+        return super().lnk_argv(args)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "",
+        "not json",
+        '{"socket": 5, "pid": 1}',
+        '{"pid": 1}',
+        '{"socket": "' + "x" * 70_000 + '", "pid": 1}',
+    ],
+)
+def test_a_server_answer_that_is_not_one_leaves_the_steps_plain(tmp_path: Path, reply: str) -> None:
+    leg = _AnsweringLeg(tmp_path / "box", reply)
+    with share.shared():
+        assert "--served-by" not in leg.argv(["agent", "list", "--json"])
+        assert b'"agents": []' in leg.run(["agent", "list", "--json"]).stdout
+
+
+def test_a_boxs_socket_path_reaches_its_shell_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lnk.transport.legs import SshLeg
+
+    hostile = "/tmp/x $(touch /tmp/owned); `id` 'q'/s"
+    monkeypatch.setattr(SshLeg, "_serve", lambda self: (hostile, lambda: None))
+    with share.shared():
+        argv = SshLeg("box1").argv(["agent", "list"])
+    line = argv[-1]
+    assert shlex.split(line)[1:3] == ["--served-by", hostile]  # one word, as given
