@@ -1,9 +1,10 @@
-"""Folders held whole: each folder's digest, and a walk where a folder the receiver
-holds with the same digest at the same path comes as one entry.
+"""Folders held whole: the sender's folder digests, and a walk where a folder the
+receiver holds with the same digest at the same path comes as one entry.
 
 The digest (docs/stream-format.md, 7.3.4) is computed by the walk itself
-(``walk_agent(..., ends=True)``); here are its uses: every folder's digest as it is
-now (a receiver's check at use) and the sender's collapse.
+(``walk_agent(..., ends=True)``), or from stats and what the hash cache remembers
+(lnk/payload/digests.py); here are its uses: the digests a sender offers and the
+collapse of a walk (a backup's, where the digests come only as the walk goes).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from lnk.payload.digests import tree_digests
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
+from lnk.payload.walk import WalkedFile
 
 COLLAPSE_LIMIT = 20_000
 """The most walked entries :func:`collapse` holds back while a folder that may be kept is
@@ -21,44 +23,16 @@ open; a held folder with more is sent entry by entry (its subfolders still may g
 WHOLE_MAX = COLLAPSE_LIMIT * 3 // 4
 """The most files and folders inside a folder that an inventory taken against the sender's
 digests names as held whole (a quarter of the limit left for the links it does not count):
-such a folder, when no folder around it is named, is always kept whole by :func:`collapse`
-if it matches."""
-
-
-def tree_digests(
-    root: Path, cache: HashCache, *, hash_files: bool = False
-) -> tuple[dict[str, str], dict[str, int]]:
-    """Every folder's digest under the agent's file roots at ``root`` (folders without
-    one are left out), and how many files each holds at any depth.
-
-    A receiver's check reads nothing (``hash_files=False``), SQLite databases
-    included: a file whose stat the hash cache no longer vouches for has changed
-    since prepare, and its folders then have no digest."""
-    digests: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    stack: list[int] = []
-    for f in walk_agent(
-        root, cache, WalkStats(), None, hash_files=hash_files, links=True, sqlite=False, ends=True
-    ):
-        if f.kind == "d":
-            stack.append(0)
-        elif f.kind == "f" and stack:
-            stack[-1] += 1
-        elif f.kind == "e":
-            n = stack.pop()
-            if stack:
-                stack[-1] += n
-            counts[f.rel] = n
-            if f.sha256:
-                digests[f.rel] = f.sha256
-    return digests, counts
+such a folder, when no folder around it is named, is always kept whole if it matches, by
+the sender (lnk/payload/send.py) and by a writer that holds entries back (:func:`collapse`)."""
 
 
 def sending_digests(root: Path, cache_path: Path) -> dict[str, str]:
     """The folders' digests a send of the agent at ``root`` would compute now (its walk
     reads only its hash cache, as the send's does): what a receiver's inventory is
-    taken against (docs/stream-format.md 7.7).  Nothing is hashed or written."""
-    cache = HashCache(cache_path if cache_path.exists() else None, readonly=True)
+    taken against (docs/stream-format.md 7.7).  Nothing is hashed; the cache remembers
+    the folders' digests it had to compute (lnk/payload/digests.py)."""
+    cache = HashCache(cache_path if cache_path.exists() else None)
     try:
         return tree_digests(root, cache)[0]
     finally:

@@ -1,5 +1,7 @@
 """The SHA-256 cache of an agent's files: path -> SHA-256, valid while the file's
-stat (size, mtime, ctime, inode) stays the same.
+stat (size, mtime, ctime, inode) stays the same; and each folder's digest, valid
+while the stat of every entry directly in it, and its subfolders' digests, stay
+the same (``folder``: so a walk that only wants digests reads no file's row).
 
 It lives in the agent's runtime folder (``hashes.sqlite``), and beside the folders
 an agent left when it moved away (``.lnk-hashes.sqlite``), so a send, a prepare
@@ -34,11 +36,14 @@ class HashCache(CacheDB):
                 "DROP TABLE IF EXISTS h",  # the one-row-per-path cache before folders
                 "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
                 "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID",
+                "CREATE TABLE IF NOT EXISTS dg (dir TEXT PRIMARY KEY, fp BLOB, digest TEXT, "
+                "files INT) WITHOUT ROWID",
             ),
             readonly,
         )
         self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
         self._rows: list[tuple[str, str, int, int, int, int, str]] = []
+        self._folders: list[tuple[str, bytes, str, int]] = []
 
     def _folder(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
         rows = self._dirs.get(d)
@@ -85,10 +90,32 @@ class HashCache(CacheDB):
         if len(self._rows) >= COMMIT_EVERY:
             self._flush_rows()
 
+    def folder(self, rel: str) -> tuple[bytes, str, int] | None:
+        """(fingerprint, digest, files at any depth) remembered for the folder ``rel``:
+        valid while its fingerprint (lnk/payload/digests.py) is the same."""
+        if self.db is None:
+            return None
+        if self._folders:
+            self._flush_rows()
+        try:
+            row = self.db.execute("SELECT fp, digest, files FROM dg WHERE dir=?", (rel,)).fetchone()
+        except sqlite3.OperationalError:  # read-only, and no table yet
+            return None
+        return None if row is None else (bytes(row[0]), str(row[1]), int(row[2]))
+
+    def store_folder(self, rel: str, fp: bytes, digest: str, files: int) -> None:
+        if self.db is None or self.readonly:
+            return
+        self._folders.append((rel, fp, digest, files))
+        if len(self._folders) >= COMMIT_EVERY:
+            self._flush_rows()
+
     def _flush_rows(self) -> None:
-        if self._rows and self.db is not None:
+        if (self._rows or self._folders) and self.db is not None:
             self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
+            self.db.executemany("INSERT OR REPLACE INTO dg VALUES (?,?,?,?)", self._folders)
             self._rows = []
+            self._folders = []
             self.db.execute("COMMIT")
             self.db.execute("BEGIN")
 

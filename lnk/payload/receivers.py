@@ -346,8 +346,6 @@ def _index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = F
     cache = ChangeRecorder(cache_path) if kept else HashCache(cache_path)
     try:
         con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
-        con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
-        con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
         con.execute("CREATE TABLE IF NOT EXISTS d (rel TEXT PRIMARY KEY, digest TEXT)")
         snap = r.dir / "snapshots"
         snap.mkdir(exist_ok=True)
@@ -361,6 +359,9 @@ def _index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = F
             elif f.kind == "e" and f.sha256:
                 con.execute("INSERT OR REPLACE INTO d VALUES (?,?)", (f.rel, f.sha256))
         con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+        # indexed once filled: one sort each, not a b-tree kept sorted row by row
+        con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
+        con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
         if isinstance(cache, ChangeRecorder):
             record_changes(con, cache.changed)
         con.commit()

@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from lnk.payload import manifest as M
-from lnk.payload.folders import tree_digests
+from lnk.payload.digests import tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.receivers import Receiver
 

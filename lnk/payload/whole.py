@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from lnk.errors import Refused
-from lnk.payload.folders import tree_digests
+from lnk.payload.digests import tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.receivers import Receiver
 from lnk.payload.safefs import Conflict, dest_kind, open_parent

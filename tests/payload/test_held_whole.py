@@ -29,9 +29,10 @@ from lnk.agents.layout import Machine
 from lnk.errors import Refused, StreamError
 from lnk.move.moved import leave
 from lnk.payload import commit
-from lnk.payload.folders import tree_digests
+from lnk.payload.digests import tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.receivers import Receiver
+from lnk.payload.walk import WalkStats, walk_agent
 
 OLD = 1_600_000_000_000_000_000
 
@@ -173,6 +174,17 @@ def test_bad_folder_digests_are_refused(dest: Dest, entry: dict[str, object], ma
     dest.refuse(files(dest, [entry]), StreamError, match)
 
 
+def _hashed_digests(root: Path, cache_path: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """The digests from stats and the cache, once a walk has hashed every file."""
+    cache = HashCache(cache_path)
+    try:
+        for _ in walk_agent(root, cache, WalkStats(), None, links=True, sqlite=False):
+            pass
+        return tree_digests(root, cache)
+    finally:
+        cache.close()
+
+
 def test_a_folder_digest_follows_the_spec(tmp_path: Path) -> None:
     """The worked example of docs/stream-format.md, "Folder digests"."""
     root = tmp_path / "agent"
@@ -180,12 +192,12 @@ def test_a_folder_digest_follows_the_spec(tmp_path: Path) -> None:
     (root / "Home" / "sub").mkdir(mode=0o755)
     os.chmod(root / "Home" / "sub", 0o755)
     os.symlink("a.txt", root / "Home" / "sub" / "l")
-    digests, counts = tree_digests(root, HashCache(None), hash_files=True)
+    digests, counts = _hashed_digests(root, tmp_path / "hashes.sqlite")
     digest, n = digests["Home/sub"], counts["Home/sub"]
     want_sub = _h(b"lnk-dir-1\nl\x00l\x00a.txt\n")
     assert digest == want_sub and n == 0
     os.chmod(root / "Home", 0o755)
-    digests, counts = tree_digests(root, HashCache(None), hash_files=True)
+    digests, counts = _hashed_digests(root, tmp_path / "hashes.sqlite")
     digest, n = digests["Home"], counts["Home"]
     sha_a = _h(b"hello\n")
     lines = (

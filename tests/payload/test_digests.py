@@ -1,0 +1,244 @@
+"""Folder digests from stats and the hash cache's folder memory (lnk/payload/digests.py):
+always the digests a walk with ends computes, cold or remembered, and a change of any
+kind under a folder changes what it reports."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lnk.payload import digests as D
+from lnk.payload import walk as W
+from lnk.payload.digests import tree_digests
+from lnk.payload.hashcache import HashCache
+from lnk.payload.walk import WalkStats, walk_agent
+
+OLD_NS = 1_600_000_000 * 10**9
+
+
+def walked(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
+    """The oracle: a send's walk with ends (nothing hashed, links carried, no snapshot)."""
+    digests: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    stack: list[int] = []
+    for f in walk_agent(
+        root, cache, WalkStats(), None, hash_files=False, links=True, sqlite=False, ends=True
+    ):
+        if f.kind == "d":
+            stack.append(0)
+        elif f.kind == "f":
+            stack[-1] += 1
+        elif f.kind == "e":
+            n = stack.pop()
+            if stack:
+                stack[-1] += n
+            counts[f.rel] = n
+            if f.sha256:
+                digests[f.rel] = f.sha256
+    return digests, counts
+
+
+def hash_all(root: Path, cache: HashCache) -> None:
+    for _ in walk_agent(root, cache, WalkStats(), None, links=True, sqlite=False):
+        pass
+
+
+class Lookups(HashCache):
+    """A hash cache that counts the file rows asked for."""
+
+    asked = 0
+
+    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+        self.asked += 1
+        return super().lookup(rel, st)
+
+
+@pytest.fixture
+def not_racy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing counts as changed within the clock's step (files written by the test
+    have a ctime of now, so otherwise no folder is ever remembered)."""
+    monkeypatch.setattr(D, "RACY_NS", -(10**18))
+    monkeypatch.setattr(W, "RACY_NS", -(10**18))
+
+
+def write(p: Path, data: bytes, mode: int = 0o644) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+    os.chmod(p, mode)
+    os.utime(p, ns=(OLD_NS, OLD_NS))
+
+
+def tree(root: Path) -> None:
+    write(root / "Home" / "a.txt", b"hello\n")
+    write(root / "Home" / "empty", b"")
+    write(root / "Home" / "notes" / "n1.md", b"one")
+    write(root / "Home" / "notes" / "deep" / "x" / "y.bin", b"\x00" * 100, 0o600)
+    os.symlink("../a.txt", root / "Home" / "notes" / "link")
+    write(root / "Agent" / "memory" / "m.json", b"{}")
+    write(root / "Agent" / "skills" / "s.md", b"skill")
+
+
+Entry = tuple[str, str, int]  # (kind, path, variant)
+
+names = st.sampled_from(["a", "b", "c.db", "c.db-wal", "d.db-shm", "é", "sub", "x y"])
+entries = st.lists(
+    st.tuples(
+        st.sampled_from(["file", "file", "file", "empty", "link", "dead", "fifo", "hard", "dir"]),
+        st.lists(names, min_size=1, max_size=3).map("/".join),
+        st.integers(0, 3),
+    ),
+    max_size=14,
+)
+
+
+def build(root: Path, spec: list[Entry]) -> None:
+    (root / "Home").mkdir(parents=True)
+    for kind, rel, v in spec:
+        p = root / "Home" / rel
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(p):
+                continue
+            if kind == "file":
+                write(p, bytes([v]) * (v + 1), 0o644 if v % 2 else 0o600)
+            elif kind == "empty":
+                write(p, b"")
+            elif kind == "link":
+                os.symlink(f"target-{v}", p)
+            elif kind == "dead":
+                os.symlink("/nonexistent/" + "z" * v, p)
+            elif kind == "fifo":
+                os.mkfifo(p)
+            elif kind == "hard":
+                write(p, b"hard")
+                os.link(p, p.with_name(p.name + ".h"))
+            else:
+                p.mkdir()
+                os.chmod(p, 0o755 if v % 2 else 0o700)
+        except (FileExistsError, NotADirectoryError):
+            continue  # a name taken by another kind of entry on the way
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=entries, hashed=st.booleans())
+def test_the_same_digests_as_a_walk_cold_and_remembered(
+    tmp_path_factory: pytest.TempPathFactory, spec: list[Entry], hashed: bool
+) -> None:
+    root = tmp_path_factory.mktemp("agent")
+    build(root, spec)
+    cache = HashCache(root.parent / f"{root.name}.sqlite")
+    try:
+        if hashed:
+            hash_all(root, cache)
+        want = walked(root, cache)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(D, "RACY_NS", -(10**18))
+            assert tree_digests(root, cache) == want  # cold: computed, and remembered
+            assert tree_digests(root, cache) == want  # remembered
+    finally:
+        cache.close()
+
+
+def test_an_unchanged_tree_reads_no_file_row(tmp_path: Path, not_racy: None) -> None:
+    root = tmp_path / "agent"
+    tree(root)
+    cache = Lookups(tmp_path / "h.sqlite")
+    hash_all(root, cache)
+    want = walked(root, cache)  # a walk with ends remembers every folder it digests
+    assert want[0]["Home"]
+    cache.asked = 0
+    assert tree_digests(root, cache) == want
+    assert cache.asked == 0
+
+
+def test_nothing_is_remembered_while_a_change_may_hide_in_the_clock_step(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "agent"
+    tree(root)  # every ctime is now
+    cache = Lookups(tmp_path / "h.sqlite")
+    hash_all(root, cache)
+    want = walked(root, cache)
+    cache.asked = 0
+    assert tree_digests(root, cache) == want
+    assert cache.asked == 6  # every file's row read again (the link has none)
+    assert cache.db is not None
+    # only the folder holding nothing but a folder is remembered (its part is a digest)
+    assert [r[0] for r in cache.db.execute("SELECT dir FROM dg")] == ["Home/notes/deep"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "same size and mtime",
+        "mode",
+        "renamed",
+        "removed",
+        "added",
+        "link swapped",
+        "hard link",
+        "sidecar",
+        "deep folder",
+        "folder mode",
+    ],
+)
+def test_a_change_of_any_kind_shows(tmp_path: Path, not_racy: None, change: str) -> None:
+    root = tmp_path / "agent"
+    tree(root)
+    cache = HashCache(tmp_path / "h.sqlite")
+    hash_all(root, cache)
+    before = tree_digests(root, cache)
+    assert tree_digests(root, cache) == before
+    home = root / "Home"
+    if change == "same size and mtime":
+        write(home / "a.txt", b"HELLO\n")  # a new ctime only
+    elif change == "mode":
+        os.chmod(home / "a.txt", 0o600)
+    elif change == "renamed":
+        os.rename(home / "a.txt", home / "b.txt")
+    elif change == "removed":
+        os.unlink(home / "empty")
+    elif change == "added":
+        write(home / "new", b"")
+    elif change == "link swapped":
+        os.unlink(home / "notes" / "link")
+        os.symlink("elsewhere", home / "notes" / "link")
+    elif change == "hard link":
+        os.link(home / "a.txt", tmp_path / "outside")
+    elif change == "sidecar":
+        write(home / "a.txt-wal", b"")
+    elif change == "deep folder":
+        write(home / "notes" / "deep" / "x" / "y.bin", b"\x01" * 100, 0o600)
+    else:
+        os.chmod(home / "notes" / "deep", 0o711)
+    hash_all(root, cache)
+    after = tree_digests(root, cache)
+    assert after == walked(root, cache)
+    assert after[0].get("Home") != before[0]["Home"]
+    assert after[0]["Agent/memory"] == before[0]["Agent/memory"]
+
+
+def test_a_folder_remembered_by_a_read_only_cache_is_not_written(
+    tmp_path: Path, not_racy: None
+) -> None:
+    root = tmp_path / "agent"
+    tree(root)
+    path = tmp_path / "h.sqlite"
+    cache = HashCache(path)
+    hash_all(root, cache)
+    cache.close()
+    ro = Lookups(path, readonly=True)
+    want = walked(root, ro)
+    assert tree_digests(root, ro) == want
+    assert ro.asked > 0  # the walk above could not remember anything
+    ro.close()
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM dg").fetchone()[0] == 0
+    finally:
+        con.close()
