@@ -80,24 +80,39 @@ class ChangeRecorder(HashCache):
                 self.left = self.db
             except sqlite3.OperationalError:
                 self.left = None  # left before lnk noted stats: the cache alone tells
+        self._left_dirs: dict[str, dict[str, tuple[int, int, int, int]]] = {}
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
         sha = super().lookup(rel, st)
         if self.left is not None:
-            row = self.left.execute(
-                f"SELECT size, mtime, ctime, ino FROM {LEFT} WHERE rel=?", (rel,)
-            ).fetchone()
-            same = row is not None and tuple(row) == (
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                st.st_ino,
-            )
-            if not same:
+            d, _, name = rel.rpartition("/")
+            row = self._left_folder(d).get(name)
+            if row != (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
                 self.changed[rel] = self.remembered(rel)
         elif sha is None:
             self.changed[rel] = self.remembered(rel)
         return sha
+
+    def _left_folder(self, d: str) -> dict[str, tuple[int, int, int, int]]:
+        """The files directly in folder ``d`` as the agent left them (one query a folder,
+        not one a file; the folders a walk has open are held, as the hash cache's)."""
+        rows = self._left_dirs.get(d)
+        if rows is None:
+            assert self.left is not None
+            if len(self._left_dirs) >= self.DIRS_KEPT:
+                self._left_dirs.clear()
+            start = len(d) + 2  # substr() counts from 1: past "d/"
+            found = self.left.execute(
+                f"SELECT substr(rel, ?), size, mtime, ctime, ino FROM {LEFT} "
+                "WHERE rel > ? AND rel < ? AND instr(substr(rel, ?), '/') = 0",
+                (start, d + "/", d + "0", start),  # "0" follows "/": all of d/, in order
+            )
+            rows = self._left_dirs[d] = {r[0]: (r[1], r[2], r[3], r[4]) for r in found}
+        return rows
+
+    def store_folder(self, rel: str, fp: bytes, digest: str, files: int) -> None:
+        """Not here: a folder remembered in the kept folder's cache is one remembered
+        while it was the agent's, before it left (lnk/payload/digests.py)."""
 
 
 def record_changes(con: sqlite3.Connection, changed: dict[str, str | None]) -> None:

@@ -19,6 +19,8 @@ from payload_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.move.moved import leave
+from lnk.payload.kept import ChangeRecorder, record_left
+from lnk.payload.walk import WalkStats, walk_agent
 
 OLD = 1_600_000_000_000_000_000
 
@@ -127,3 +129,25 @@ def test_a_move_back_after_last_moment_writes_and_a_database_keeps_no_copies(
     assert con.execute("SELECT v FROM t").fetchall() == [("before",), ("after",)]
     con.close()
     assert not [p for p in back.iterdir() if ".moved-conflict-" in p.name]
+
+
+def test_the_left_stats_are_read_a_folder_at_a_time_and_tell_each_change(
+    tmp_path: Path,
+) -> None:
+    """Names that sort around a folder's ``/`` (``a b``, ``a-x``, ``a.d``, ``a0``) are
+    not taken for its files, and a change at any depth is told (kept.ChangeRecorder)."""
+    kept = tmp_path / "kept"
+    names = ["a/f", "a/sub/f", "a b/f", "a-x/f", "a.d/f", "a0/f", "f", "a/sub/deeper/f"]
+    for n in names:
+        write(kept / "Home" / n, n.encode(), 0o644, OLD)
+    cache = kept / ".lnk-hashes.sqlite"
+    record_left(kept, cache)
+    write(kept / "Home" / "a-x" / "f", b"changed here\n", 0o644, OLD)
+    write(kept / "Home" / "a" / "sub" / "new", b"added here\n", 0o644, OLD)
+    rec = ChangeRecorder(cache)
+    try:
+        for _ in walk_agent(kept, rec, WalkStats(), None, hash_files=False, sqlite=False):
+            pass
+    finally:
+        rec.close()
+    assert sorted(rec.changed) == ["Home/a-x/f", "Home/a/sub/new"]
