@@ -20,6 +20,7 @@ import hashlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
@@ -27,6 +28,8 @@ from lnk.payload.manifest import EMPTY_SHA, FILE_ROOTS
 from lnk.payload.walk import (
     DIGEST_TAG,
     SQLITE_SIDECARS,
+    WalkStats,
+    _file,
     _link_target,
     _listing,
     dir_key,
@@ -59,6 +62,88 @@ def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str
     vouch for leaves its folders without a digest), SQLite databases included.  The
     same digests as a walk with ends (``walk_agent(..., ends=True)``) with
     ``hash_files=False, links=True, sqlite=False``."""
+    return _tree(root, Files(cache))
+
+
+Note = Callable[[str, str, str], None]
+
+
+def index_tree(
+    root: Path, cache: HashCache, snap_dir: Path, note: Note
+) -> tuple[dict[str, str], dict[str, int]]:
+    """:func:`tree_digests` for a receiver's index of its base: every file's content
+    digest is known (read and hashed where the cache does not vouch for it, a SQLite
+    database through a snapshot in ``snap_dir``), and ``note(sha256, source, rel)`` is
+    called for each file.  The digests a walk with ends gives with ``links=True``.
+
+    A file of a folder the cache remembers comes from its cache row, without
+    ``cache.lookup`` (a kept folder's cache notes changes there: none can be where
+    every stat is as when the folder was remembered, before the agent left)."""
+    return _tree(root, Indexed(cache, snap_dir, note))
+
+
+class Files:
+    """How a folder's files come into its digest: by what the hash cache vouches for."""
+
+    def __init__(self, cache: HashCache) -> None:
+        self.cache = cache
+
+    def sha(self, fr: _Dir, name: str, st: os.stat_result, wal: bool) -> str:
+        """A file's content digest for its folder's digest, or "" (no digest then)."""
+        sha = None if wal else self.cache.lookup(f"{fr.rel}/{name}", st)
+        if st.st_nlink > 1:
+            return ""
+        return sha or (EMPTY_SHA if st.st_size == 0 else "")
+
+    def remembered(self, fr: _Dir, names: set[str]) -> bool:
+        """A folder remembered with these stats: whatever its files need besides."""
+        return True
+
+
+class Indexed(Files):
+    def __init__(self, cache: HashCache, snap_dir: Path, note: Note) -> None:
+        super().__init__(cache)
+        self.snap_dir, self.note = snap_dir, note
+        self.stats = WalkStats()
+        self.groups: dict[tuple[int, int, bool], int] = {}
+
+    def sha(self, fr: _Dir, name: str, st: os.stat_result, wal: bool) -> str:
+        rel = f"{fr.rel}/{name}"
+        f = _file(
+            f"{fr.path}/{name}", rel, st, self.cache, self.stats, self.groups, self.snap_dir,
+            wal=wal,
+        )  # fmt: skip
+        if f.source is not None:
+            self.note(f.sha256, str(f.source), rel)
+        if f.snapshot or f.group is not None:
+            return ""
+        return f.sha256 or (EMPTY_SHA if f.size == 0 else "")
+
+    def remembered(self, fr: _Dir, names: set[str]) -> bool:
+        rows: list[tuple[str, str, str]] = []
+        for name, st, sub in fr.seen:
+            if sub is not None or not stat.S_ISREG(st.st_mode) or _sidecar(name, names):
+                continue
+            rel = f"{fr.rel}/{name}"
+            sha = HashCache.lookup(self.cache, rel, st)
+            if sha is None and st.st_size == 0:
+                sha = EMPTY_SHA
+            if sha is None:
+                return False  # its row is gone: the folder is read as if not remembered
+            rows.append((sha, f"{fr.path}/{name}", rel))
+        for row in rows:
+            self.note(*row)
+        return True
+
+
+def _sidecar(name: str, names: set[str]) -> bool:
+    """A SQLite database's -wal, -shm or -journal beside it (folded into its snapshot)."""
+    return name.endswith(SQLITE_SIDECARS) and any(
+        name.endswith(s) and name[: -len(s)] in names for s in SQLITE_SIDECARS
+    )
+
+
+def _tree(root: Path, files: Files) -> tuple[dict[str, str], dict[str, int]]:
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
     fresh = time.time_ns() - RACY_NS
@@ -68,14 +153,14 @@ def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str
         except FileNotFoundError:
             continue
         if stat.S_ISDIR(st.st_mode):
-            _walk(f"{root}/{top}", top, cache, fresh, digests, counts)
+            _walk(f"{root}/{top}", top, files, fresh, digests, counts)
     return digests, counts
 
 
 def _walk(
     path: str,
     rel: str,
-    cache: HashCache,
+    files: Files,
     fresh: int,
     digests: dict[str, str],
     counts: dict[str, int],
@@ -97,48 +182,45 @@ def _walk(
                 fr.seen.append((e.name, est, None))
             continue
         stack.pop()
-        digest, files = _folder(fr, cache, fresh)
-        counts[fr.rel] = files
+        digest, n = _folder(fr, files, fresh)
+        counts[fr.rel] = n
         if digest:
             digests[fr.rel] = digest
         if stack:
             up = stack[-1]
             name = fr.rel.rpartition("/")[2]
             st = up.entries[up.i - 1].stat(follow_symlinks=False)
-            up.seen.append((name, st, (digest, files)))
+            up.seen.append((name, st, (digest, n)))
 
 
-def _folder(fr: _Dir, cache: HashCache, fresh: int) -> tuple[str, int]:
+def _folder(fr: _Dir, files: Files, fresh: int) -> tuple[str, int]:
     """(digest or "", files at any depth) of a folder whose entries were all seen."""
     keys = [
         entry_key(name, st) if sub is None else dir_key(name, stat.S_IMODE(st.st_mode), sub[0])
         for name, st, sub in fr.seen
     ]
     fp = fingerprint(keys)
-    known = cache.folder(fr.rel)
-    if known is not None and known[0] == fp:
-        return known[1], known[2]
-    digest, files, racy = _compute(fr, cache, fresh)
-    if digest and not racy:
-        cache.store_folder(fr.rel, fp, digest, files)
-    return digest, files
-
-
-def _compute(fr: _Dir, cache: HashCache, fresh: int) -> tuple[str, int, bool]:
-    """A folder's digest from its lines (walk.py's rules), its files, and whether
-    anything directly in it changed too recently to be remembered."""
     names = {e.name for e in fr.entries}
+    known = files.cache.folder(fr.rel)
+    if known is not None and known[0] == fp and files.remembered(fr, names):
+        return known[1], known[2]
+    digest, n, racy = _compute(fr, files, names, fresh)
+    if digest and not racy:
+        files.cache.store_folder(fr.rel, fp, digest, n)
+    return digest, n
+
+
+def _compute(fr: _Dir, files: Files, names: set[str], fresh: int) -> tuple[str, int, bool]:
+    """A folder's digest from its lines (walk.py's rules), its files at any depth, and
+    whether anything directly in it changed too recently to be remembered."""
     h = hashlib.sha256(DIGEST_TAG)
-    ok, files, racy = True, 0, False
+    ok, n, racy = True, 0, False
     for name, st, sub in fr.seen:
         if sub is not None:
-            files += sub[1]
+            n += sub[1]
             if sub[0]:
-                h.update(
-                    dir_line(name, stat.S_IMODE(st.st_mode), sub[0]).encode(
-                        "utf-8", "surrogateescape"
-                    )
-                )
+                line = dir_line(name, stat.S_IMODE(st.st_mode), sub[0])
+                h.update(line.encode("utf-8", "surrogateescape"))
             else:
                 ok = False
             continue
@@ -153,19 +235,14 @@ def _compute(fr: _Dir, cache: HashCache, fresh: int) -> tuple[str, int, bool]:
             continue
         if not stat.S_ISREG(st.st_mode):
             continue  # devices, fifos, sockets: never carried, not in a digest
-        if name.endswith(SQLITE_SIDECARS) and any(
-            name.endswith(s) and name[: -len(s)] in names for s in SQLITE_SIDECARS
-        ):
+        if _sidecar(name, names):
             ok = False
             continue
-        files += 1
-        if not ok:
-            continue
-        sha = None if name + "-wal" in names else cache.lookup(f"{fr.rel}/{name}", st)
-        sha = sha or (EMPTY_SHA if st.st_size == 0 else "")
-        if not sha or st.st_nlink > 1:
+        n += 1
+        sha = files.sha(fr, name, st, name + "-wal" in names)
+        if not sha:
             ok = False
-        else:
+        elif ok:
             line = file_line(name, stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, sha)
             h.update(line.encode("utf-8", "surrogateescape"))
-    return (h.hexdigest() if ok else ""), files, racy
+    return (h.hexdigest() if ok else ""), n, racy

@@ -28,11 +28,11 @@ from lnk.agents.stores import detect_driver, log_tails
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 from lnk.payload import safefs
+from lnk.payload.digests import index_tree
 from lnk.payload.folders import WHOLE_MAX
 from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory, held_whole, sizes_of, under_any
 from lnk.payload.kept import ChangeRecorder, record_changes
-from lnk.payload.walk import WalkStats, walk_agent
 
 RECEIVER_PREFIX = "rcv-"
 MAX_AGE_S = 24 * 3600  # a receiver is refused, and its key deleted, after 24 hours
@@ -350,15 +350,16 @@ def _index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = F
         snap = r.dir / "snapshots"
         snap.mkdir(exist_ok=True)
         files: list[tuple[str, str, str]] = []
-        for f in walk_agent(agent_root, cache, WalkStats(), snap, links=True, ends=True):
-            if f.kind == "f" and f.source is not None:
-                files.append((f.sha256, str(f.source), f.rel))
-                if len(files) >= 5000:
-                    con.executemany("INSERT INTO c VALUES (?,?,?)", files)
-                    files.clear()
-            elif f.kind == "e" and f.sha256:
-                con.execute("INSERT OR REPLACE INTO d VALUES (?,?)", (f.rel, f.sha256))
+
+        def note(sha: str, source: str, rel: str) -> None:
+            files.append((sha, source, rel))
+            if len(files) >= 5000:
+                con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+                files.clear()
+
+        digests = index_tree(agent_root, cache, snap, note)[0]
         con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+        con.executemany("INSERT OR REPLACE INTO d VALUES (?,?)", digests.items())
         # indexed once filled: one sort each, not a b-tree kept sorted row by row
         con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
         con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from lnk.payload import digests as D
 from lnk.payload import walk as W
-from lnk.payload.digests import tree_digests
+from lnk.payload.digests import index_tree, tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkStats, walk_agent
 
@@ -88,7 +88,9 @@ Entry = tuple[str, str, int]  # (kind, path, variant)
 names = st.sampled_from(["a", "b", "c.db", "c.db-wal", "d.db-shm", "é", "sub", "x y"])
 entries = st.lists(
     st.tuples(
-        st.sampled_from(["file", "file", "file", "empty", "link", "dead", "fifo", "hard", "dir"]),
+        st.sampled_from(
+            ["file", "file", "file", "empty", "link", "dead", "fifo", "hard", "dir", "db"]
+        ),
         st.lists(names, min_size=1, max_size=3).map("/".join),
         st.integers(0, 3),
     ),
@@ -114,13 +116,19 @@ def build(root: Path, spec: list[Entry]) -> None:
                 os.symlink("/nonexistent/" + "z" * v, p)
             elif kind == "fifo":
                 os.mkfifo(p)
+            elif kind == "db":
+                con = sqlite3.connect(p)
+                con.execute("CREATE TABLE t (v)")
+                con.execute("INSERT INTO t VALUES (?)", (v,))
+                con.commit()
+                con.close()
             elif kind == "hard":
                 write(p, b"hard")
                 os.link(p, p.with_name(p.name + ".h"))
             else:
                 p.mkdir()
                 os.chmod(p, 0o755 if v % 2 else 0o700)
-        except (FileExistsError, NotADirectoryError):
+        except (FileExistsError, NotADirectoryError, sqlite3.Error):
             continue  # a name taken by another kind of entry on the way
 
 
@@ -242,3 +250,62 @@ def test_a_folder_remembered_by_a_read_only_cache_is_not_written(
         assert con.execute("SELECT COUNT(*) FROM dg").fetchone()[0] == 0
     finally:
         con.close()
+
+
+Index = tuple[list[tuple[str, str, str]], dict[str, str]]
+
+
+def walked_index(root: Path, cache: HashCache, snap: Path) -> Index:
+    """The oracle of a receiver's index: a walk with ends hashing what it must."""
+    rows: list[tuple[str, str, str]] = []
+    digests: dict[str, str] = {}
+    for f in walk_agent(root, cache, WalkStats(), snap, links=True, ends=True):
+        if f.kind == "f" and f.source is not None:
+            rows.append((f.sha256, "" if f.snapshot else str(f.source), f.rel))
+        elif f.kind == "e" and f.sha256:
+            digests[f.rel] = f.sha256
+    return sorted(rows), digests
+
+
+def indexed(root: Path, cache: HashCache, snap: Path) -> Index:
+    rows: list[tuple[str, str, str]] = []
+
+    def note(sha: str, source: str, rel: str) -> None:
+        rows.append((sha, "" if source.startswith(str(snap)) else source, rel))
+
+    digests = index_tree(root, cache, snap, note)[0]
+    return sorted(rows), digests
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=entries)
+def test_a_receivers_index_is_the_walks_cold_and_remembered(
+    tmp_path_factory: pytest.TempPathFactory, spec: list[Entry]
+) -> None:
+    root = tmp_path_factory.mktemp("agent")
+    build(root, spec)
+    snap = root.parent / f"{root.name}-snap"
+    snap.mkdir()
+    caches = [HashCache(root.parent / f"{root.name}-{n}.sqlite") for n in (1, 2)]
+    try:
+        want = walked_index(root, caches[0], snap)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(D, "RACY_NS", -(10**18))
+            assert indexed(root, caches[1], snap) == want  # cold: hashes, remembers
+            assert indexed(root, caches[1], snap) == want  # from the remembered folders
+    finally:
+        for c in caches:
+            c.close()
+
+
+def test_an_index_from_remembered_folders_hashes_nothing(tmp_path: Path, not_racy: None) -> None:
+    root = tmp_path / "agent"
+    tree(root)
+    cache = Lookups(tmp_path / "h.sqlite")
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    want = indexed(root, cache, snap)
+    cache.asked = 0
+    assert indexed(root, cache, snap) == want
+    assert cache.asked == 0  # no lookup through the cache's own rule (a kept folder's notes)
+    assert len(want[0]) == 6 and want[1]["Home"]
