@@ -20,7 +20,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
@@ -134,6 +134,31 @@ class Indexed(Files):
         for row in rows:
             self.note(*row)
         return True
+
+
+def regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """Each regular file under the agent's file roots and its lstat, as a walk finds them
+    (a SQLite database's sidecars left out): a stat of each entry, nothing read."""
+    for top in FILE_ROOTS:
+        try:
+            st = os.lstat(root / top)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        stack = [_Dir(top, f"{root}/{top}")]
+        while stack:
+            fr = stack.pop()
+            names = {e.name for e in fr.entries}
+            for e in fr.entries:
+                try:
+                    est = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(est.st_mode):
+                    stack.append(_Dir(f"{fr.rel}/{e.name}", e.path))
+                elif stat.S_ISREG(est.st_mode) and not _sidecar(e.name, names):
+                    yield f"{fr.rel}/{e.name}", est
 
 
 def _sidecar(name: str, names: set[str]) -> bool:

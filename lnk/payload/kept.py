@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lnk.payload.digests import regular_files
 from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import under
-from lnk.payload.walk import WalkStats, walk_agent
 
 CONFLICT = ".moved-conflict-"
 
@@ -50,16 +50,12 @@ def record_left(kept: Path, cache_path: Path) -> None:
             "ino INT) WITHOUT ROWID"
         )
         rows: list[tuple[str, int, int, int, int]] = []
-        # the files a move back's prepare will look at: those of the same walk
-        for f in walk_agent(
-            kept, HashCache(None), WalkStats(), None, hash_files=False, sqlite=False
-        ):
-            if f.kind == "f" and f.st is not None:
-                st = f.st
-                rows.append((f.rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-                if len(rows) >= 5000:
-                    con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
-                    rows.clear()
+        # the files a move back's prepare will look at: those its walk finds
+        for rel, st in regular_files(kept):
+            rows.append((rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            if len(rows) >= 5000:
+                con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
+                rows.clear()
         con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
         con.commit()
     finally:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from lnk.payload import digests as D
 from lnk.payload import walk as W
-from lnk.payload.digests import index_tree, tree_digests
+from lnk.payload.digests import index_tree, regular_files, tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkStats, walk_agent
 
@@ -309,3 +309,22 @@ def test_an_index_from_remembered_folders_hashes_nothing(tmp_path: Path, not_rac
     assert indexed(root, cache, snap) == want
     assert cache.asked == 0  # no lookup through the cache's own rule (a kept folder's notes)
     assert len(want[0]) == 6 and want[1]["Home"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spec=entries)
+def test_the_regular_files_are_the_walks(
+    tmp_path_factory: pytest.TempPathFactory, spec: list[Entry]
+) -> None:
+    """What a kept folder's left stats note (kept.record_left): each file the walk of a
+    move back's prepare looks at, with its stat."""
+    root = tmp_path_factory.mktemp("agent")
+    build(root, spec)
+    want = sorted(
+        (f.rel, f.st.st_ino)
+        for f in walk_agent(
+            root, HashCache(None), WalkStats(), None, hash_files=False, sqlite=False
+        )
+        if f.kind == "f" and f.st is not None
+    )
+    assert sorted((rel, st.st_ino) for rel, st in regular_files(root)) == want
