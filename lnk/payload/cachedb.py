@@ -1,7 +1,9 @@
 """A small SQLite file that remembers what was read, written in batches.
 
 Losing it only costs time (the next run reads again), so it is written without
-fsync and committed every few thousand rows.  The stream's SHA-256 cache and
+fsync and committed every few thousand rows, and what another writer keeps
+locked past a short wait (a backup beside a move's step) is dropped, not an
+error.  The stream's SHA-256 cache and
 the backup's chunk cache both sit on it.
 """
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 COMMIT_EVERY = 2000
+BUSY_S = 2.0  # how long a write waits for another writer's lock before it is dropped
 
 
 class CacheDB:
@@ -31,7 +34,9 @@ class CacheDB:
                 )
             return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=BUSY_S
+        )
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=OFF")
         for statement in schema:
@@ -44,16 +49,41 @@ class CacheDB:
     def write(self, sql: str, args: tuple[Any, ...]) -> None:
         if self.db is None or self.readonly:
             return
-        self.db.execute(sql, args)
+        try:
+            self.db.execute(sql, args)
+        except sqlite3.OperationalError:  # locked by another writer: this row is dropped
+            self.drop()
+            return
         self.pending += 1
         if self.pending >= COMMIT_EVERY:
+            self.commit()
+
+    def commit(self) -> None:
+        """What is written so far, committed (or dropped if another writer holds the lock)."""
+        if self.db is None or self.readonly:
+            return
+        try:
             self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
-            self.pending = 0
+        except sqlite3.OperationalError:
+            self.drop()
+            return
+        self.db.execute("BEGIN")
+        self.pending = 0
+
+    def drop(self) -> None:
+        """Forget what this run wrote and is not committed: the next run reads it again."""
+        assert self.db is not None
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        self.db.execute("BEGIN")
+        self.pending = 0
 
     def close(self) -> None:
         if self.db is not None:
             if not self.readonly:
-                self.db.execute("COMMIT")
+                try:
+                    self.db.execute("COMMIT")
+                except sqlite3.OperationalError:
+                    self.db.execute("ROLLBACK")
             self.db.close()
             self.db = None

@@ -112,12 +112,15 @@ class HashCache(CacheDB):
 
     def _flush_rows(self) -> None:
         if (self._rows or self._folders) and self.db is not None:
-            self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
-            self.db.executemany("INSERT OR REPLACE INTO dg VALUES (?,?,?,?)", self._folders)
+            try:
+                self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
+                self.db.executemany("INSERT OR REPLACE INTO dg VALUES (?,?,?,?)", self._folders)
+            except sqlite3.OperationalError:  # locked by another writer: these are dropped
+                self.drop()
+            else:
+                self.commit()
             self._rows = []
             self._folders = []
-            self.db.execute("COMMIT")
-            self.db.execute("BEGIN")
 
     def close(self) -> None:
         self._flush_rows()
