@@ -83,7 +83,8 @@ class CacheDB:
             if not self.readonly:
                 try:
                     self.db.execute("COMMIT")
-                except sqlite3.OperationalError:
-                    self.db.execute("ROLLBACK")
+                except sqlite3.OperationalError:  # locked by another writer: dropped
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
             self.db.close()
             self.db = None

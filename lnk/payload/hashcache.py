@@ -43,7 +43,7 @@ class HashCache(CacheDB):
         )
         self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
         self._rows: list[tuple[str, str, int, int, int, int, str]] = []
-        self._folders: list[tuple[str, bytes, str, int]] = []
+        self._folders: dict[str, tuple[str, bytes, str, int]] = {}  # not written yet
 
     def _folder(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
         rows = self._dirs.get(d)
@@ -93,10 +93,11 @@ class HashCache(CacheDB):
     def folder(self, rel: str) -> tuple[bytes, str, int] | None:
         """(fingerprint, digest, files at any depth) remembered for the folder ``rel``:
         valid while its fingerprint (lnk/payload/digests.py) is the same."""
+        pending = self._folders.get(rel)
+        if pending is not None:
+            return pending[1], pending[2], pending[3]
         if self.db is None:
             return None
-        if self._folders:
-            self._flush_rows()
         try:
             row = self.db.execute("SELECT fp, digest, files FROM dg WHERE dir=?", (rel,)).fetchone()
         except sqlite3.OperationalError:  # read-only, and no table yet
@@ -106,7 +107,7 @@ class HashCache(CacheDB):
     def store_folder(self, rel: str, fp: bytes, digest: str, files: int) -> None:
         if self.db is None or self.readonly:
             return
-        self._folders.append((rel, fp, digest, files))
+        self._folders[rel] = (rel, fp, digest, files)
         if len(self._folders) >= COMMIT_EVERY:
             self._flush_rows()
 
@@ -114,13 +115,15 @@ class HashCache(CacheDB):
         if (self._rows or self._folders) and self.db is not None:
             try:
                 self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
-                self.db.executemany("INSERT OR REPLACE INTO dg VALUES (?,?,?,?)", self._folders)
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO dg VALUES (?,?,?,?)", self._folders.values()
+                )
             except sqlite3.OperationalError:  # locked by another writer: these are dropped
                 self.drop()
             else:
                 self.commit()
             self._rows = []
-            self._folders = []
+            self._folders = {}
 
     def close(self) -> None:
         self._flush_rows()
