@@ -5,7 +5,8 @@ One walk (:func:`lnk.payload.walk.walk_agent`, the stream's) gives every entry a
 at each folder's end, its digest.  A folder whose digest is the one the last backup
 to this repository saw, and whose lines that backup kept (``DirCache``), is written
 from those lines: none of its files is opened, or even looked up one by one
-(:func:`lnk.payload.folders.collapse`).  Elsewhere each file is stored by
+(every folder's digest is known before the walk, ``lnk/payload/digests.py``, and the
+walk does not go into those).  Elsewhere each file is stored by
 :class:`lnk.backup.file_reads.FileSaver`: by its known chunks when its stat is the one
 the last backup read, else read once.
 
@@ -30,7 +31,7 @@ from lnk.backup.filecache import ChunkCache, DirCache, DirRow
 from lnk.collections.ids import FORMAT_VERSION
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
-from lnk.payload.folders import collapse
+from lnk.payload.digests import tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import (
     DIGEST_TAG,
@@ -143,7 +144,7 @@ class FilesBackup:
     # ---- the walk -------------------------------------------------------------
     def run(self) -> None:
         by_folder = self.layout == 2  # the older layout (tests only) goes file by file
-        walk = walk_agent(
+        items = walk_agent(
             self.agent.folders.root,
             self.cache,
             WalkStats(),
@@ -152,11 +153,7 @@ class FilesBackup:
             links=True,
             sqlite=False,
             ends=by_folder,
-        )
-        items = (
-            collapse(walk, self.dirs.digests(), ends=True, accept=self._accept, weigh=True)
-            if by_folder
-            else walk
+            keep=self._keeper() if by_folder else None,
         )
         for f in items:
             if f.kind == "e":
@@ -242,6 +239,23 @@ class FilesBackup:
             self.dirs.store(d.rel, DirRow(digest, body, bytes(d.ids), d.entries, d.files, d.bytes))
 
     # ---- folders unchanged since the last backup -----------------------------------
+    def _keeper(self) -> Callable[[str], str] | None:
+        """Which folders are written from the last backup's lines: every folder's digest
+        now first (lnk/payload/digests.py: a stat of each entry where the hash cache
+        remembers the folder), then the walk goes into none of those."""
+        held = self.dirs.digests()
+        if not held:
+            return None
+        now = tree_digests(self.agent.folders.root, self.cache)[0]
+
+        def keep(rel: str) -> str:
+            digest = held.get(rel, "")
+            if digest and now.get(rel) == digest and self._accept(rel, digest):
+                return digest
+            return ""
+
+        return keep
+
     def _accept(self, rel: str, digest: str) -> bool:
         """Whether the folder ``rel`` with ``digest`` can be written from the last
         backup's lines (each subfolder's row there, with the digest its parent named,

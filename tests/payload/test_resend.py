@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from payload_helpers import agent_files, link_groups, load_agent, make_agent, move, write
 
 from lnk.agents.layout import Machine
-from lnk.payload.folders import COLLAPSE_LIMIT
 
 OLD = 1_600_000_000_000_000_000
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-é", min_size=1, max_size=8).filter(
@@ -139,20 +138,23 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
             assert stat.S_ISLNK(os.lstat(b_root / p).st_mode) == (v[0] == "l")
 
 
+BIG = 24_000  # files under Home/big: more than folders.WHOLE_MAX
+
+
 def test_a_resend_against_the_digests_keeps_a_big_tree_whole() -> None:
-    """More files than a sender holds back for one folder (folders.COLLAPSE_LIMIT): the
+    """More files in Home than an inventory names as one folder (folders.WHOLE_MAX): the
     inventory names the folders it will surely keep whole (not Home, too big), so an
     unchanged re-send carries no byte, and one changed file carries only itself."""
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Machine(Path(tmp) / "a"), Machine(Path(tmp) / "b")
         a = make_agent(src)
-        for i in range(COLLAPSE_LIMIT + 4000):
+        for i in range(BIG):
             p = a.folders.home / "big" / f"d{i // 200:03d}" / f"f{i}.txt"
             write(p, f"{i}\n".encode(), mtime_ns=OLD)  # old: the hash cache vouches for it
         move(a, dst)
         srep, rep = move(a, dst, agent_id=a.id, inventory=True, against=True)
         assert rep.committed and srep.data_bytes == 0
-        assert srep.kept_folders >= (COLLAPSE_LIMIT + 4000) // 200
+        assert srep.kept_folders >= BIG // 200
         changed = a.folders.home / "big" / "d007" / "f1400.txt"
         changed.write_bytes(b"changed\n")
         srep, rep = move(a, dst, agent_id=a.id, inventory=True, against=True)
