@@ -114,7 +114,9 @@ class FileSaver:
             small = st.st_size < self.step
             first = read(fd, st.st_size + 1 if small else self.step)
             if first[:16] == SQLITE_MAGIC:
-                return self._store_sqlite(f, path, mode)
+                stored = self._store_sqlite(f, path, mode)
+                if stored is not None:
+                    return stored  # else not one SQLite can read: its bytes as they are
             if small and len(first) <= st.st_size:  # all of it, in one read
                 sha = hashlib.sha256(first).hexdigest()
                 n = len(first)
@@ -147,9 +149,11 @@ class FileSaver:
             self.vouched = n == f.size and st.st_mtime_ns == f.mtime_ns  # as the walk saw it
         return sha, n, b"".join(bytes.fromhex(c) for c in chunks)
 
-    def _store_sqlite(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes]:
+    def _store_sqlite(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes] | None:
         """A live database: a consistent copy through SQLite's backup API is stored."""
         snap = sqlite_snapshot(f.source, Path(self.snap_dir))  # type: ignore[arg-type]
+        if snap is None:
+            return None
         try:
             fd = open_file(snap)
             try:

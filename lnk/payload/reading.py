@@ -132,7 +132,8 @@ def read_chunk(slots: list[Slot], snap_dir: Path) -> None:
         got = read_settled(slot.path, slot.keep)
         if got is not None and got.head == SQLITE_MAGIC:
             snap = sqlite_snapshot(slot.path, snap_dir)
-            got = read_settled(snap, slot.keep)
-            if got is not None:
-                got.snapshot = snap
+            if snap is not None:  # else not one SQLite can read: its bytes as they are
+                got = read_settled(snap, slot.keep)
+                if got is not None:
+                    got.snapshot = snap
         slot.got = got

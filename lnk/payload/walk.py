@@ -156,20 +156,26 @@ def is_sqlite(path: Path | str) -> bool:
         return False
 
 
-def sqlite_snapshot(path: Path | str, into: Path) -> Path:
-    """A consistent copy of a live database, through SQLite's online backup API."""
+def sqlite_snapshot(path: Path | str, into: Path) -> Path | None:
+    """A consistent copy of a live database, through SQLite's online backup API; None
+    when SQLite cannot read it as one (a damaged file that only starts like a database,
+    or a sidecar name taken by a folder): such a file travels as its bytes."""
     fd, name = tempfile.mkstemp(prefix="snap-", suffix=".sqlite", dir=into)
     os.close(fd)
     dest = Path(name)
-    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        dst = sqlite3.connect(dest)
+        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            src.backup(dst)
+            dst = sqlite3.connect(dest)
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
         finally:
-            dst.close()
-    finally:
-        src.close()
+            src.close()
+    except sqlite3.Error:
+        dest.unlink(missing_ok=True)
+        return None
     return dest
 
 
@@ -350,9 +356,11 @@ def _file(
             group = groups[key] = len(groups)
     # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
     sha = None if wal else cache.lookup(rel, st)
+    snap = None
     if sqlite and sha is None and st.st_size >= 16 and is_sqlite(path):
         assert snap_dir is not None
         snap = sqlite_snapshot(path, snap_dir)
+    if snap is not None:
         stats.snapshots.append(snap)
         size = snap.stat().st_size
         stats.hashed_bytes += size

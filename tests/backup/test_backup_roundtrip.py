@@ -144,3 +144,18 @@ def test_cli_backup_and_restore_refuses_to_overwrite(
     assert (dst.config_dir / "backup" / "owner.key").stat().st_mode & 0o777 == 0o600
     r = ok("agent", "restore", "work", "--from", local_url, home=dst.home)
     assert r.out.strip() == registry.find(src, "work").id
+
+
+def test_a_file_that_only_starts_like_a_database_is_backed_up_as_its_bytes(
+    src: Machine, dst: Machine, url: str
+) -> None:
+    """SQLite cannot read it: the backup stores its bytes (no snapshot, no traceback)."""
+    a = sample_agent(src)
+    garbage = b"SQLite format 3\x00" + b"\x00damaged past its header" * 200
+    write(a.folders.home / "bad.db", garbage)
+    backup_agent(src, a, url)
+    give_keys(src, dst)
+    restore_agent(dst, "work", url)
+    b = registry.find(dst, "work")
+    assert (b.folders.home / "bad.db").read_bytes() == garbage
+    assert agent_files(b.folders.root) == agent_files(a.folders.root)

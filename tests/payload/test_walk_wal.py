@@ -8,8 +8,11 @@ import os
 import sqlite3
 from pathlib import Path
 
+from payload_helpers import load_agent, make_agent, move, write
+
+from lnk.agents.layout import Machine
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import WalkStats, sha256_file, walk_agent
+from lnk.payload.walk import SQLITE_MAGIC, WalkStats, sha256_file, walk_agent
 
 
 def test_a_database_with_a_log_beside_it_is_snapshotted_not_vouched_for(tmp_path: Path) -> None:
@@ -73,3 +76,27 @@ def test_a_backup_reads_such_a_database_again(tmp_path: Path) -> None:
     got = sqlite3.connect(b / "Link" / "Agents" / "work" / "Home" / "notes.db")
     assert got.execute("SELECT t FROM m").fetchall() == [("after the first backup",)]
     got.close()
+
+
+def test_a_file_that_only_starts_like_a_database_travels_as_its_bytes(tmp_path: Path) -> None:
+    """SQLite cannot read it (damaged past its header, or its -wal name taken by a
+    folder): it goes as it is, in a move and in a second move's prepare, never a
+    traceback (walk.sqlite_snapshot gives None)."""
+    src, dst = Machine(tmp_path / "a"), Machine(tmp_path / "b")
+    a = make_agent(src)
+    garbage = SQLITE_MAGIC + b"\x00not a database" * 300
+    write(a.folders.home / "bad.db", garbage)
+    good = a.folders.home / "c.db"
+    con = sqlite3.connect(good)
+    con.execute("CREATE TABLE t (v)")
+    con.commit()
+    con.close()
+    write(a.folders.home / "c.db-wal" / "a", b"a folder where the log would be\n")
+    for _ in range(2):  # the second: the destination's prepare indexes them too
+        srep, rep = move(a, dst, agent_id=a.id if _ else None, inventory=bool(_))
+        assert rep.committed
+        home = load_agent(dst).folders.home
+        assert (home / "bad.db").read_bytes() == garbage
+        assert (home / "c.db").read_bytes() == good.read_bytes()
+        assert (home / "c.db-wal" / "a").read_bytes() == b"a folder where the log would be\n"
+    assert srep.data_bytes == 0  # the second carried nothing: all held there
