@@ -44,6 +44,10 @@ from lnk.payload.walk import (
 )
 
 SPOOL = 4 << 20
+WHOLE_FILES = 20_000
+"""The most files a folder written from the last backup's lines may hold: its lines
+are held until written, so a bigger one is walked into (its subfolders may still come
+whole) and memory stays bounded whatever the agent's size."""
 
 
 class _Dir:
@@ -246,11 +250,16 @@ class FilesBackup:
         held = self.dirs.digests()
         if not held:
             return None
-        now = tree_digests(self.agent.folders.root, self.cache)[0]
+        now, files = tree_digests(self.agent.folders.root, self.cache)
 
         def keep(rel: str) -> str:
             digest = held.get(rel, "")
-            if digest and now.get(rel) == digest and self._accept(rel, digest):
+            if (
+                digest
+                and now.get(rel) == digest
+                and files.get(rel, 0) <= WHOLE_FILES
+                and self._accept(rel, digest)
+            ):
                 return digest
             return ""
 

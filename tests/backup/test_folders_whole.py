@@ -17,6 +17,7 @@ from bk_helpers import age, agent_files, collections_of, give_keys, sample_agent
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
+from lnk.backup import agent_files as AF
 from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
@@ -110,6 +111,23 @@ def test_unchanged_folders_come_whole_and_a_change_reaches_only_its_folder(
     os.chmod(a.folders.home / "src" / "pkg1" / "mod" / "m3.py", 0o640)
     backup_agent(src, a, url)
     _restored_equals(src, Machine(dst.home.parent / "third"), url)  # nothing left over
+
+
+def test_a_folder_too_big_to_hold_is_walked_into_and_its_subfolders_come_whole(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's lines are held until written: one with more files than
+    agent_files.WHOLE_FILES is walked into (memory stays bounded), and its smaller
+    subfolders still come whole."""
+    monkeypatch.setattr(AF, "WHOLE_FILES", 6)  # Home/src holds 25, each pkgN/mod 6
+    a = _backed_up(src, local_url)
+    spy = Spy(monkeypatch)
+    rep = backup_agent(src, a, local_url)
+    assert rep.new_blobs == 0
+    # only what lies directly in the folders too big to hold is looked up
+    assert sorted(p for p in spy.looked_up if p.startswith("Home/src/")) == ["Home/src/README"]
+    assert [p for p in spy.opened if "/Home/src/" in p] == []
+    _restored_equals(src, dst, local_url)
 
 
 def test_a_prune_that_took_a_folders_blobs_makes_it_read_again(
