@@ -31,7 +31,7 @@ from lnk.backup.filecache import ChunkCache, DirCache, DirRow
 from lnk.collections.ids import FORMAT_VERSION
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
-from lnk.payload.digests import tree_digests
+from lnk.payload.digests import keeper
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import (
     DIGEST_TAG,
@@ -247,23 +247,11 @@ class FilesBackup:
         """Which folders are written from the last backup's lines: every folder's digest
         now first (lnk/payload/digests.py: a stat of each entry where the hash cache
         remembers the folder), then the walk goes into none of those."""
-        held = self.dirs.digests()
-        if not held:
-            return None
-        now, files = tree_digests(self.agent.folders.root, self.cache)
 
-        def keep(rel: str) -> str:
-            digest = held.get(rel, "")
-            if (
-                digest
-                and now.get(rel) == digest
-                and files.get(rel, 0) <= WHOLE_FILES
-                and self._accept(rel, digest)
-            ):
-                return digest
-            return ""
+        def accept(rel: str, digest: str, files: int) -> bool:
+            return files <= WHOLE_FILES and self._accept(rel, digest)
 
-        return keep
+        return keeper(self.dirs.digests(), self.agent.folders.root, self.cache, accept)
 
     def _accept(self, rel: str, digest: str) -> bool:
         """Whether the folder ``rel`` with ``digest`` can be written from the last

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
-from lnk.payload.manifest import EMPTY_SHA, FILE_ROOTS
+from lnk.payload.manifest import EMPTY_SHA
 from lnk.payload.walk import (
     DIGEST_TAG,
     SQLITE_SIDECARS,
@@ -32,13 +32,28 @@ from lnk.payload.walk import (
     _file,
     _link_target,
     _listing,
-    dir_key,
+    agent_roots,
     dir_line,
-    entry_key,
     file_line,
-    fingerprint,
     link_line,
 )
+
+
+def entry_key(name: str, st: os.stat_result) -> str:
+    """An entry's part of its folder's fingerprint: its lstat.  A subfolder's part is
+    :func:`dir_key` (its mode and digest: what its stats come to)."""
+    return (
+        f"{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
+        f"\0{st.st_ino}\0{st.st_nlink}\n"
+    )
+
+
+def dir_key(name: str, mode: int, digest: str) -> str:
+    return f"{name}\0{mode}\0d{digest}\n"
+
+
+def fingerprint(keys: list[str]) -> bytes:
+    return hashlib.sha256("".join(keys).encode("utf-8", "surrogateescape")).digest()
 
 
 class _Dir:
@@ -66,6 +81,29 @@ def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str
 
 
 Note = Callable[[str, str, str], None]
+
+
+def keeper(
+    held: dict[str, str],
+    root: Path,
+    cache: HashCache,
+    accept: Callable[[str, str, int], bool] | None = None,
+) -> Callable[[str], str] | None:
+    """For ``walk_agent(keep=...)``: the folders the other end holds (``held``: path ->
+    digest) whose digest is that one now, every digest computed before the walk.
+    ``accept(path, digest, files)`` has the last word (a backup checks it can write
+    the folder from what it stored)."""
+    if not held:
+        return None
+    now, files = tree_digests(root, cache)
+
+    def keep(rel: str) -> str:
+        digest = held.get(rel, "")
+        if not digest or now.get(rel) != digest:
+            return ""
+        return digest if accept is None or accept(rel, digest, files.get(rel, 0)) else ""
+
+    return keep
 
 
 def index_tree(
@@ -139,14 +177,8 @@ class Indexed(Files):
 def regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """Each regular file under the agent's file roots and its lstat, as a walk finds them
     (a SQLite database's sidecars left out): a stat of each entry, nothing read."""
-    for top in FILE_ROOTS:
-        try:
-            st = os.lstat(root / top)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue
-        stack = [_Dir(top, f"{root}/{top}")]
+    for top, path, _st in agent_roots(root):
+        stack = [_Dir(top, str(path))]
         while stack:
             fr = stack.pop()
             names = {e.name for e in fr.entries}
@@ -172,13 +204,8 @@ def _tree(root: Path, files: Files) -> tuple[dict[str, str], dict[str, int]]:
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
     fresh = time.time_ns() - RACY_NS
-    for top in FILE_ROOTS:
-        try:
-            st = os.lstat(root / top)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            _walk(f"{root}/{top}", top, files, fresh, digests, counts)
+    for top, path, _st in agent_roots(root):
+        _walk(str(path), top, files, fresh, digests, counts)
     return digests, counts
 
 

@@ -11,10 +11,13 @@ or a receive's check reads only what changed.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
 from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
+
+DIGEST = re.compile("[0-9a-f]{64}")
 
 # a file changed this close to when it was read may change again within the clock's step
 # and keep its stat: such a read is not remembered (git's "racily clean")
@@ -43,7 +46,7 @@ class HashCache(CacheDB):
         )
         self._dirs: dict[str, dict[str, tuple[int, int, int, int, str]]] = {}
         self._rows: list[tuple[str, str, int, int, int, int, str]] = []
-        self._folders: dict[str, tuple[str, bytes, str, int]] = {}  # not written yet
+        self._folders: dict[str, tuple[bytes, str, int]] = {}  # not written yet
 
     def _folder(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
         rows = self._dirs.get(d)
@@ -94,20 +97,24 @@ class HashCache(CacheDB):
         """(fingerprint, digest, files at any depth) remembered for the folder ``rel``:
         valid while its fingerprint (lnk/payload/digests.py) is the same."""
         pending = self._folders.get(rel)
-        if pending is not None:
-            return pending[1], pending[2], pending[3]
-        if self.db is None:
-            return None
+        if pending is not None or self.db is None:
+            return pending
         try:
             row = self.db.execute("SELECT fp, digest, files FROM dg WHERE dir=?", (rel,)).fetchone()
         except sqlite3.OperationalError:  # read-only, and no table yet
             return None
-        return None if row is None else (bytes(row[0]), str(row[1]), int(row[2]))
+        # a file on disk: a row of another shape is no word at all (the folder is read)
+        if row is None or not isinstance(row[0], bytes) or not isinstance(row[2], int):
+            return None
+        fp, digest, files = row
+        if not (isinstance(digest, str) and DIGEST.fullmatch(digest) and files >= 0):
+            return None
+        return fp, digest, files
 
     def store_folder(self, rel: str, fp: bytes, digest: str, files: int) -> None:
         if self.db is None or self.readonly:
             return
-        self._folders[rel] = (rel, fp, digest, files)
+        self._folders[rel] = (fp, digest, files)
         if len(self._folders) >= COMMIT_EVERY:
             self._flush_rows()
 
@@ -116,7 +123,8 @@ class HashCache(CacheDB):
             try:
                 self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
                 self.db.executemany(
-                    "INSERT OR REPLACE INTO dg VALUES (?,?,?,?)", self._folders.values()
+                    "INSERT OR REPLACE INTO dg VALUES (?,?,?,?)",
+                    [(rel, *row) for rel, row in self._folders.items()],
                 )
             except sqlite3.OperationalError:  # locked by another writer: these are dropped
                 self.drop()

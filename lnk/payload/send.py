@@ -23,7 +23,7 @@ from lnk.formats.stream import StreamWriter
 from lnk.harnesses.setup import checked_state
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head
-from lnk.payload.digests import tree_digests
+from lnk.payload.digests import keeper
 from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.send_files import FileSender, SendReport
@@ -71,7 +71,7 @@ def send_agent(
         # with the receiver's folder digests, a folder it holds whole goes as one entry:
         # every folder's digest now first (a stat of each entry where the cache
         # remembers the folder), then a walk that does not go into those
-        keep = _keeper(inventory.dirs, folders.root, cache) if inventory is not None else None
+        keep = keeper(inventory.dirs, folders.root, cache) if inventory is not None else None
         walk = walk_agent(
             folders.root,
             cache,
@@ -116,16 +116,3 @@ def send_agent(
         cache.close()
         shutil.rmtree(snap_dir, ignore_errors=True)
     return report
-
-
-def _keeper(held: dict[str, str], root: Path, cache: HashCache) -> Callable[[str], str] | None:
-    """Which folders go whole: those the receiver holds with the digest they have now."""
-    if not held:
-        return None
-    now = tree_digests(root, cache)[0]
-
-    def keep(rel: str) -> str:
-        digest = held.get(rel, "")
-        return digest if digest and now.get(rel) == digest else ""
-
-    return keep

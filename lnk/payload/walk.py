@@ -17,12 +17,11 @@ import os
 import sqlite3
 import stat
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lnk.payload.hashcache import RACY_NS, HashCache
+from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import EMPTY_SHA, FILE_ROOTS, dir_mode, file_mode, read_only
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -77,29 +76,10 @@ def dir_line(name: str, mode: int, digest: str) -> str:
     return f"d\0{name}\0{dir_mode(mode):o}\0{digest}\n"
 
 
-def entry_key(name: str, st: os.stat_result) -> str:
-    """An entry's part of its folder's fingerprint (lnk/payload/digests.py): its lstat.
-    A subfolder's part is :func:`dir_key`."""
-    return (
-        f"{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-        f"\0{st.st_ino}\0{st.st_nlink}\n"
-    )
-
-
-def dir_key(name: str, mode: int, digest: str) -> str:
-    return f"{name}\0{mode}\0d{digest}\n"
-
-
-def fingerprint(keys: list[str]) -> bytes:
-    return hashlib.sha256("".join(keys).encode("utf-8", "surrogateescape")).digest()
-
-
 class _Frame:
-    """A folder being walked: its sorted entries, and the digest of those seen so far
-    (with its fingerprint, files at any depth, and whether something in it is too
-    recent for its digest to be remembered)."""
+    """A folder being walked: its sorted entries, and the digest of those seen so far."""
 
-    __slots__ = ("entries", "files", "h", "it", "keys", "mode", "names", "ok", "racy", "rel")
+    __slots__ = ("entries", "h", "it", "mode", "names", "ok", "rel")
 
     def __init__(self, rel: str, mode: int, path: Path | str, digest: bool) -> None:
         self.rel, self.mode = rel, mode
@@ -108,9 +88,6 @@ class _Frame:
         self.names: set[str] | None = None  # made the first time a sidecar is seen
         self.h = hashlib.sha256(DIGEST_TAG) if digest else None
         self.ok = digest
-        self.keys: list[str] = []
-        self.files = 0
-        self.racy = False
 
     def line(self, text: str) -> None:
         """One entry of the folder's digest (entries come sorted by name)."""
@@ -179,6 +156,18 @@ def sqlite_snapshot(path: Path | str, into: Path) -> Path | None:
     return dest
 
 
+def agent_roots(agent_root: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """The agent's file roots that are folders here: (root, its path, its lstat)."""
+    for root in FILE_ROOTS:
+        top = agent_root / root
+        try:
+            st = os.lstat(top)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            yield root, top, st
+
+
 def walk_agent(
     agent_root: Path,
     cache: HashCache,
@@ -211,14 +200,7 @@ def walk_agent(
     groups: dict[tuple[int, int, bool], int] = {}
     # a folder for SQLite snapshots only when databases are snapshotted here
     snap_dir = snapshot_dir or (Path(tempfile.mkdtemp(prefix="lnk-snap-")) if sqlite else None)
-    for root in FILE_ROOTS:
-        top = agent_root / root
-        try:
-            st = os.lstat(top)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue
+    for root, top, st in agent_roots(agent_root):
         kept = keep(root) if keep is not None else ""
         if kept:
             yield WalkedFile(root, "d", stat.S_IMODE(st.st_mode), kept=kept)
@@ -246,7 +228,6 @@ def walk_dir(
     With ``ends``, each folder's end follows its contents, carrying its digest."""
     st = os.lstat(path)
     stats.folders += 1
-    fresh = time.time_ns() - RACY_NS
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
     stack = [_Frame(rel, stat.S_IMODE(st.st_mode), path, ends)]
     while stack:
@@ -256,14 +237,10 @@ def walk_dir(
             stack.pop()
             if ends:
                 digest = fr.digest()
-                if digest and not fr.racy:  # remembered for digests.tree_digests
-                    cache.store_folder(fr.rel, fingerprint(fr.keys), digest, fr.files)
                 if stack:
                     up = stack[-1]
-                    name = fr.rel.rpartition("/")[2]
-                    up.keys.append(dir_key(name, fr.mode, digest))
-                    up.files += fr.files
                     if digest:
+                        name = fr.rel.rpartition("/")[2]
                         up.line(dir_line(name, fr.mode, digest))
                     else:
                         up.ok = False
@@ -274,10 +251,6 @@ def walk_dir(
             est = e.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if ends and not stat.S_ISDIR(est.st_mode):
-            fr.keys.append(entry_key(e.name, est))
-            if est.st_mtime_ns >= fresh or est.st_ctime_ns >= fresh:
-                fr.racy = True
         if stat.S_ISLNK(est.st_mode):
             target = _link_target(e.path) if links else None
             if target is None:
@@ -306,7 +279,6 @@ def walk_dir(
         ):
             fr.ok = False
             continue  # folded into the database's snapshot
-        fr.files += 1
         # a database with a write-ahead log beside it may have changed with its stat
         # unchanged (the log holds the commits until a checkpoint): no cache vouches for it
         wal = fr.has(e.name + "-wal")

@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lnk.payload import digests as D
-from lnk.payload import walk as W
 from lnk.payload.digests import index_tree, regular_files, tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkStats, walk_agent
@@ -63,7 +62,6 @@ def not_racy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing counts as changed within the clock's step (files written by the test
     have a ctime of now, so otherwise no folder is ever remembered)."""
     monkeypatch.setattr(D, "RACY_NS", -(10**18))
-    monkeypatch.setattr(W, "RACY_NS", -(10**18))
 
 
 def write(p: Path, data: bytes, mode: int = 0o644) -> None:
@@ -157,8 +155,9 @@ def test_an_unchanged_tree_reads_no_file_row(tmp_path: Path, not_racy: None) -> 
     tree(root)
     cache = Lookups(tmp_path / "h.sqlite")
     hash_all(root, cache)
-    want = walked(root, cache)  # a walk with ends remembers every folder it digests
+    want = walked(root, cache)
     assert want[0]["Home"]
+    assert tree_digests(root, cache) == want  # computed once, and remembered
     cache.asked = 0
     assert tree_digests(root, cache) == want
     assert cache.asked == 0
@@ -182,6 +181,46 @@ def test_nothing_is_remembered_while_a_change_may_hide_in_the_clock_step(
         assert [r[0] for r in con.execute("SELECT dir FROM dg")] == ["Home/notes/deep"]
     finally:
         con.close()
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        (b"?", "\x1b]0;pwned\x07" + "0" * 56, 3),  # not a digest: escapes in it
+        (b"?", "A" * 64, 3),  # not lowercase hex
+        (b"?", "0" * 64, -1),  # no count of files
+        ("text", "0" * 64, 3),  # a fingerprint that is not bytes
+        (b"?", 7, 3),
+    ],
+)
+def test_a_remembered_folder_of_another_shape_is_no_word(
+    tmp_path: Path, not_racy: None, row: tuple[object, object, object]
+) -> None:
+    """The cache is a file on disk: a row for a folder that is not (fingerprint bytes,
+    64 lowercase hex digits, files >= 0) is ignored, and the folder is read."""
+    root = tmp_path / "agent"
+    tree(root)
+    path = tmp_path / "h.sqlite"
+    cache = HashCache(path)
+    hash_all(root, cache)
+    want = tree_digests(root, cache)
+    cache.close()
+    con = sqlite3.connect(path)
+    fp = con.execute("SELECT fp FROM dg WHERE dir='Home/notes'").fetchone()[0]
+    fp_, digest, files = row
+    con.execute(
+        "UPDATE dg SET fp=?, digest=?, files=? WHERE dir='Home/notes'",
+        (fp if fp_ == b"?" else fp_, digest, files),
+    )
+    con.commit()
+    con.close()
+    ro = Lookups(path, readonly=True)
+    try:
+        assert ro.folder("Home/notes") is None
+        assert tree_digests(root, ro) == want
+        assert ro.asked == 1  # its one file (n1.md) looked up again; the rest remembered
+    finally:
+        ro.close()
 
 
 @pytest.mark.parametrize(
