@@ -26,6 +26,7 @@ from telegram_api import BotApiServer
 from lnk.agents import secrets
 from lnk.agents.layout import Machine
 from tests.agent_runner import Running, start_agent
+from tests.procs import process_runs
 
 __all__ = ["start_agent"]
 STRANGER = 666
@@ -225,10 +226,7 @@ def test_the_bridge_lives_and_dies_with_its_runner(
     os.kill(harness, signal.SIGKILL)  # unsandboxed, the harness outlives a killed runner
     wait_for(
         "the bridge gone",
-        lambda: (
-            not Path(f"/proc/{second}").exists()
-            or Path(f"/proc/{second}/stat").read_text().split()[2] == "Z"
-        ),
+        lambda: not process_runs(second),
     )
 
 

@@ -21,6 +21,7 @@ from lnk.errors import SandboxUnavailable
 from lnk.harness import client
 from lnk.runtime.runner import descendants
 from lnk.sandbox.bwrap import check_bwrap, sandboxed
+from tests.procs import process_runs
 
 
 def test_check_bwrap_without_bwrap_names_the_fix(tmp_path: Path) -> None:
@@ -171,10 +172,7 @@ def test_sandboxed_agent_answers_through_the_relay(start_agent: Any) -> None:
     assert r.stop() == 0
     assert not sock.exists() and not (r.agent.runtime / "key").exists()
     for p in inner:
-        assert (
-            not Path(f"/proc/{p}").exists()
-            or Path(f"/proc/{p}/status").read_text().find("State:\tZ") >= 0
-        )
+        assert not process_runs(p)
 
 
 def test_harness_inside_sees_its_key_but_not_the_runtime(start_agent: Any) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from lnk.transport import share
 from lnk.transport.legs import LocalLeg
+from tests.procs import process_runs
 
 SERVER = textwrap.dedent(
     """
@@ -66,19 +67,10 @@ CALLER = textwrap.dedent(
 )
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if not process_runs(pid):
             return True
         time.sleep(0.05)
     return False
@@ -111,7 +103,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     try:
         yield path, pid
     finally:
-        if alive(pid):
+        if process_runs(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -152,7 +144,7 @@ def test_a_step_killed_by_a_signal_kills_its_caller_by_the_same(
     path, pid = server
     assert call(tmp_path, path, "kill", str(int(signal.SIGKILL))).returncode == -signal.SIGKILL
     assert call(tmp_path, path, "kill", str(int(signal.SIGTERM))).returncode == -signal.SIGTERM
-    assert alive(pid)  # the server goes on
+    assert process_runs(pid)  # the server goes on
     assert (
         call(tmp_path, path, "echo", "0", input=b"", env={**os.environ, "X": "x"}).returncode == 0
     )
@@ -166,11 +158,11 @@ def test_with_no_server_the_caller_runs_the_step_itself(tmp_path: Path) -> None:
 def test_a_caller_killed_hangs_its_step_up(server: tuple[str, int], tmp_path: Path) -> None:
     path, server_pid = server
     caller, step = started(tmp_path, path, "wait")
-    assert alive(step)
+    assert process_runs(step)
     caller.kill()
     caller.wait()
     assert wait_gone(step), "the step outlived its caller"
-    assert alive(server_pid)
+    assert process_runs(server_pid)
 
 
 def test_a_signal_to_the_caller_reaches_its_step(server: tuple[str, int], tmp_path: Path) -> None:
@@ -216,7 +208,7 @@ def test_a_request_that_is_not_one_is_closed_and_the_server_goes_on(
         except ConnectionResetError:
             got = b""
         assert got == b""  # closed unanswered
-    assert alive(pid)
+    assert process_runs(pid)
     r = call(tmp_path, path, "echo", "5", input=b"", env={**os.environ, "X": "x"})
     assert r.returncode == 5
 
@@ -253,7 +245,7 @@ def test_a_step_that_closes_its_output_ends_it_for_the_reader(
     assert caller.stdout is not None
     out = caller.stdout.read()  # the end of output: the step holds it alone
     step = int(out)
-    assert alive(step) and caller.poll() is None  # still running, yet its output ended
+    assert process_runs(step) and caller.poll() is None  # still running, yet its output ended
     caller.send_signal(signal.SIGTERM)
     caller.wait(timeout=20)
     assert wait_gone(step)
