@@ -1,8 +1,9 @@
 """Reading one snapshot back: entries, files, blobs, a whole restore.
 
 Needs the owner's private key: every data key is sealed to it.  Memory stays
-bounded: one pack (a few MiB) is cached at a time and files are streamed chunk
-by chunk.
+bounded: packs are read in ranges (each pack's header once, then spans of
+nearby blobs of at most ``SPAN_MAX`` bytes), never whole, and files are
+streamed chunk by chunk.
 """
 
 from __future__ import annotations
@@ -28,12 +29,46 @@ from lnk.backup.repository import Repository
 from lnk.errors import BackupError, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
 
-READ_AHEAD = 64  # chunks whose packs are fetched ahead of the one being written
-PACKS_AHEAD = 2  # packs held at once by a read-ahead (each <= pack size); 3 and 4
-# fetchers with 3 packs were no faster and held 17 MiB more (100,000 files)
-FETCHERS = 2  # concurrent pack downloads, each holding a whole pack while it lands; a
-# million-file restore peaked at 209 MiB with 2 and 200 MiB with 3: no gain beyond a
-# run's variance (bench/README), kept as the smaller bound
+READ_AHEAD = 64  # chunks a restore's read-ahead asks for ahead of the one being written
+BYTES_AHEAD = 8 << 20  # ... and sealed bytes of them at most
+SPAN_MAX = 2 << 20  # one ranged read: nearby blobs of one pack, at most this many bytes
+SPAN_BLOBS = READ_AHEAD // 4  # ... and this many blobs of the read-ahead (so the reads
+# of its last quarter are under way while its first three are written)
+SPAN_GAP = 256 << 10  # a blob this close after a span's end joins it (the gap is read too)
+SPANS_KEPT = 2  # spans a reader outside the read-ahead keeps (a tree's and a file's)
+HEAD_READ = 2048  # a read of a pack's header: magic, run ID and the sealed data key (about
+# 1,170 bytes with the hybrid KEM), so one read
+FETCHERS = 2  # concurrent ranged reads of the read-ahead
+
+
+class _Span:
+    """One ranged read of a pack: bytes ``start`` to ``end``, fetched once."""
+
+    __slots__ = ("blobs", "end", "fut", "pack", "start")
+
+    def __init__(self, pack: str, start: int, end: int) -> None:
+        self.pack, self.start, self.end = pack, start, end
+        self.blobs = 1
+        self.fut: Future[bytes] | None = None
+
+    def takes(self, ref: BlobRef) -> bool:
+        """Whether ``ref`` can join this span (not yet fetched)."""
+        return (
+            self.fut is None
+            and ref.pack == self.pack
+            and self.start <= ref.offset <= self.end + SPAN_GAP
+            and ref.offset + ref.length - self.start <= SPAN_MAX
+        )
+
+    def full(self) -> bool:
+        return self.blobs >= SPAN_BLOBS or self.end - self.start >= SPAN_MAX
+
+    def holds(self, ref: BlobRef) -> bool:
+        return (
+            ref.pack == self.pack
+            and self.start <= ref.offset
+            and ref.offset + ref.length <= self.end
+        )
 
 
 @dataclass(frozen=True)
@@ -73,32 +108,39 @@ class SnapshotReader:
         self.index: BlobIndex = repo.load_index(self.info.packs, missing_ok=True)
         self._copies: dict[bytes, list[BlobRef]] | None = None
         self._runs: dict[bytes, Any] = {}  # run ID -> the AES-GCM context of its data key
+        self._pack_runs: dict[str, Any] = {}  # pack -> that context (its header read once)
         self._local = threading.local()  # a zstd decompressor per thread
-        self._pack_name: str | None = None
-        self._pack: bytes = b""
+        self._spans: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, start)
 
     # ---- blobs --------------------------------------------------------------
 
-    def _load_pack(self, name: str) -> bytes:
-        if self._pack_name != name:
-            self._pack = self.repo.bucket.get(pack_key(name))
-            self._pack_name = name
-        return self._pack
-
-    def _run_aead(self, pack: bytes, name: str) -> Any:
-        """The AES-GCM context of the data key sealed in ``pack``'s header (opened once
-        per run)."""
-        head = len(PACK_MAGIC)
-        if not pack.startswith(PACK_MAGIC) or len(pack) < head + 18:
+    def _pack_aead(self, name: str) -> Any:
+        """The AES-GCM context of the data key sealed in pack ``name``'s header (its
+        header read once per pack, its key opened once per run)."""
+        ctx = self._pack_runs.get(name)
+        if ctx is not None:
+            return ctx
+        key = pack_key(name)
+        head = self.repo.bucket.get_range(key, 0, HEAD_READ)
+        start = len(PACK_MAGIC)
+        if not head.startswith(PACK_MAGIC) or len(head) < start + 18:
             raise BackupError(f"pack {name} is damaged (no header)", hint="run a verify")
-        run_id = pack[head : head + 16]
+        run_id = head[start : start + 16]
         ctx = self._runs.get(run_id)
         if ctx is None:
-            (n,) = struct.unpack(">H", pack[head + 16 : head + 18])
-            sealed = pack[head + 18 : head + 18 + n]
-            key = crypto.open_with(self.key, sealed, run_info(self.repo, run_id))
-            ctx = self._runs[run_id] = crypto.aead(key)
+            (n,) = struct.unpack(">H", head[start + 16 : start + 18])
+            if len(head) < start + 18 + n:
+                head = self.repo.bucket.get_range(key, 0, start + 18 + n)
+            sealed = head[start + 18 : start + 18 + n]
+            data_key = crypto.open_with(self.key, sealed, run_info(self.repo, run_id))
+            ctx = self._runs[run_id] = crypto.aead(data_key)
+        self._pack_runs[name] = ctx
         return ctx
+
+    def _fetch(self, span: _Span) -> bytes:
+        """A span's bytes (its pack's header read first if it was not yet)."""
+        self._pack_aead(span.pack)
+        return self.repo.bucket.get_range(pack_key(span.pack), span.start, span.end - span.start)
 
     def chunk(self, blob_hex: str, kind: str = "data") -> bytes:
         blob_id = bytes.fromhex(blob_hex)
@@ -131,13 +173,28 @@ class SnapshotReader:
         )
 
     def open_blob(self, ref: BlobRef, blob_id: bytes) -> bytes:
-        """The plaintext of the blob ``blob_id`` stored at ``ref`` (authenticated)."""
-        return self._open_in(self._load_pack(ref.pack), ref, blob_id)
+        """The plaintext of the blob ``blob_id`` stored at ``ref`` (authenticated).  A
+        blob is read with the ones after it in its pack, up to ``SPAN_MAX`` bytes, and
+        the last ``SPANS_KEPT`` such spans are kept: reading in pack order reads each
+        byte once."""
+        for (pack, start), data in self._spans.items():
+            if pack == ref.pack and start <= ref.offset:
+                span = _Span(pack, start, start + len(data))
+                if span.holds(ref):
+                    self._spans.move_to_end((pack, start))
+                    return self._open_in(data, span, ref, blob_id)
+        span = _Span(ref.pack, ref.offset, ref.offset + max(ref.length, SPAN_MAX))
+        data = self._fetch(span)
+        self._spans[(span.pack, span.start)] = data
+        while len(self._spans) > SPANS_KEPT:
+            self._spans.popitem(last=False)
+        return self._open_in(data, span, ref, blob_id)
 
-    def _open_in(self, pack: bytes, ref: BlobRef, blob_id: bytes) -> bytes:
-        """Open the blob at ``ref`` in the bytes of its ``pack`` (thread-safe)."""
-        ctx = self._run_aead(pack, ref.pack)
-        sealed = pack[ref.offset : ref.offset + ref.length]
+    def _open_in(self, data: bytes, span: _Span, ref: BlobRef, blob_id: bytes) -> bytes:
+        """Open the blob at ``ref`` in the bytes ``data`` of ``span`` (thread-safe)."""
+        ctx = self._pack_aead(ref.pack)
+        at = ref.offset - span.start
+        sealed = data[at : at + ref.length]
         plain = crypto.decrypt_with(
             ctx, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"
         )
@@ -169,48 +226,62 @@ class SnapshotReader:
     def read_ahead(
         self, entries: Iterator[Entry], window: int = READ_AHEAD
     ) -> Generator[tuple[Entry, Iterator[bytes]], None, None]:
-        """Each entry with its content, in order, while the packs of the next
-        ``window`` chunks are fetched (concurrently, each pack once; blobs are
-        opened on this thread: a hand-off per small blob costs more than it saves).  A blob that fails there is read again through
-        :meth:`chunk` (which looks for other copies).  Consume each entry's content
-        before asking for the next entry."""
+        """Each entry with its content, in order, while the next ``window`` chunks (at
+        most ``BYTES_AHEAD`` of sealed bytes) are fetched: nearby blobs of one pack as
+        one ranged read, ``FETCHERS`` reads at once; blobs are opened on this thread (a
+        hand-off per small blob costs more than it saves).  A blob that fails there is
+        read again through :meth:`chunk` (which looks for other copies).  Consume each
+        entry's content before asking for the next entry."""
         pin_mmap_threshold()
         ahead, here = itertools.tee(entries)
         todo = (c for e in ahead for c in e.chunks)
         fetch = ThreadPoolExecutor(FETCHERS, "lnk-restore-fetch")
-        packs: OrderedDict[str, Future[bytes]] = OrderedDict()
-        pending: deque[tuple[str, BlobRef | None, Future[bytes] | None]] = deque()
+        pending: deque[tuple[str, BlobRef | None, _Span | None]] = deque()
+        held = [0]  # sealed bytes of the blobs pending
+        last: list[_Span | None] = [None]  # the span still taking blobs
 
-        def pack(name: str) -> Future[bytes]:
-            fut = packs.get(name)
-            if fut is None:
-                fut = packs[name] = fetch.submit(self.repo.bucket.get, pack_key(name))
-                while len(packs) > PACKS_AHEAD:
-                    packs.popitem(last=False)
-            else:
-                packs.move_to_end(name)
-            return fut
+        def send(span: _Span) -> None:
+            if span.fut is None:
+                span.fut = fetch.submit(self._fetch, span)
+            if last[0] is span:
+                last[0] = None
 
         def fill() -> None:
-            while len(pending) < window:
+            while len(pending) < window and (held[0] < BYTES_AHEAD or not pending):
                 blob_hex = next(todo, None)
                 if blob_hex is None:
+                    if last[0] is not None:
+                        send(last[0])  # the last blobs: nothing more joins
                     return
                 ref = self.index.get(bytes.fromhex(blob_hex))
                 if ref is None or ref.kind != "data":
                     pending.append((blob_hex, None, None))
+                    continue
+                span = last[0]
+                if span is not None and span.takes(ref):
+                    span.end = max(span.end, ref.offset + ref.length)
+                    span.blobs += 1
                 else:
-                    pending.append((blob_hex, ref, pack(ref.pack)))
+                    if span is not None:
+                        send(span)
+                    span = last[0] = _Span(ref.pack, ref.offset, ref.offset + ref.length)
+                pending.append((blob_hex, ref, span))
+                held[0] += ref.length
+                if span.full():
+                    send(span)
 
         def take() -> bytes:
             fill()
-            blob_hex, ref, body = pending.popleft()
-            if ref is not None and body is not None:
-                try:
-                    return self._open_in(body.result(), ref, bytes.fromhex(blob_hex))
-                except (BackupError, NotFound):
-                    pass
-            return self.chunk(blob_hex)
+            blob_hex, ref, span = pending.popleft()
+            if ref is None or span is None:
+                return self.chunk(blob_hex)
+            held[0] -= ref.length
+            send(span)
+            assert span.fut is not None
+            try:
+                return self._open_in(span.fut.result(), span, ref, bytes.fromhex(blob_hex))
+            except (BackupError, NotFound):
+                return self.chunk(blob_hex)
 
         def content(n: int, used: list[int]) -> Iterator[bytes]:
             while used[0] < n:
@@ -225,9 +296,9 @@ class SnapshotReader:
                     used[0] += 1
                     take()
         finally:
-            for _h, _r, f in pending:
-                if f is not None:
-                    f.cancel()
+            for _h, _r, sp in pending:
+                if sp is not None and sp.fut is not None:
+                    sp.fut.cancel()
             fetch.shutdown(wait=True, cancel_futures=True)
 
     def read_blob(self, name: str) -> bytes:

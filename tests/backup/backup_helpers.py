@@ -24,6 +24,9 @@ class CountingBucket(Bucket):
     def get(self, key: str) -> bytes:
         return self.inner.get(key)
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self.inner.get_range(key, start, length)
+
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)
 

@@ -136,6 +136,10 @@ class Recording(Bucket):
         self.calls.append(f"get {key}")
         return self.inner.get(key)
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self.calls.append(f"get {key} {start}+{length}")
+        return self.inner.get_range(key, start, length)
+
     def exists(self, key: str) -> bool:
         self.calls.append(f"exists {key}")
         return self.inner.exists(key)

@@ -79,7 +79,8 @@ class Bucket(ABC):
     * ``put`` is atomic and idempotent: a reader sees the old object or the new
       one, never a part; putting the same key twice overwrites it.
     * ``get`` returns the whole object (use it for objects of a few MiB; callers
-      that stream keep their objects small).
+      that stream keep their objects small).  ``get_range`` returns at most
+      ``length`` bytes from ``start``: fewer at the object's end, none past it.
     * ``list`` is paginated underneath and yields keys in no promised order.
     * ``delete`` of a key that does not exist is not an error.
     * ``labels``/``set_label`` act on the bucket itself (S3 tags, GCS labels,
@@ -98,6 +99,11 @@ class Bucket(ABC):
     @abstractmethod
     def get(self, key: str) -> bytes:
         """The object's bytes; NotFound if there is none."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Up to ``length`` bytes of the object from offset ``start`` (fewer at its
+        end, ``b""`` past it); NotFound if there is no object."""
 
     @abstractmethod
     def exists(self, key: str) -> bool:

@@ -98,6 +98,20 @@ class LocalBucket(Bucket):
                 hint=f"give this user read permission on {self.root}",
             ) from e
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self._need_root()
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read(max(length, 0))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            raise NotFound(f"no object {key} in {self.url}") from e
+        except PermissionError as e:
+            raise Refused(
+                f"cannot read {key} in {self.url}: {e.strerror}",
+                hint=f"give this user read permission on {self.root}",
+            ) from e
+
     def exists(self, key: str) -> bool:
         self._need_root()
         return self._path(key).is_file()

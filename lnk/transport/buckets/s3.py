@@ -22,6 +22,15 @@ from lnk.transport.buckets.base import (
     join_prefix,
 )
 
+
+def _status(e: Exception) -> str:
+    """The HTTP status of a botocore ClientError ("" for any other error)."""
+    response = getattr(e, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled"}
 _BAD_KEY = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
@@ -115,6 +124,25 @@ class S3Bucket(CloudBucket):
             finally:
                 body.close()
         except Exception as e:
+            self._fail(e, f"reading {key}", "s3:GetObject")
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        name = self._name(key)
+        if length <= 0:
+            return b""
+        try:
+            resp = self.client.get_object(
+                Bucket=self.bucket, Key=name, Range=f"bytes={start}-{start + length - 1}"
+            )
+            body = resp["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+        except Exception as e:
+            if _status(e) == "416":  # the range starts past the object's end
+                self.get_range(key, 0, 1)  # (NotFound if there is no object at all)
+                return b""
             self._fail(e, f"reading {key}", "s3:GetObject")
 
     def exists(self, key: str) -> bool:

@@ -43,6 +43,22 @@ def test_delete_and_idempotent_delete(any_bucket: Bucket) -> None:
         any_bucket.get("x/y")
 
 
+def test_ranged_reads(any_bucket: Bucket) -> None:
+    body = bytes(range(256)) * 40  # 10,240 bytes
+    any_bucket.put("data/p", body)
+    assert any_bucket.get_range("data/p", 0, 8) == body[:8]
+    assert any_bucket.get_range("data/p", 1000, 3000) == body[1000:4000]
+    assert any_bucket.get_range("data/p", 10_000, 1 << 20) == body[10_000:]  # short at the end
+    assert any_bucket.get_range("data/p", 10_239, 1) == body[-1:]
+    assert any_bucket.get_range("data/p", 10_240, 16) == b""  # past the end: nothing
+    assert any_bucket.get_range("data/p", 50_000, 16) == b""
+    assert any_bucket.get_range("data/p", 5, 0) == b""
+    with pytest.raises(NotFound):
+        any_bucket.get_range("data/none", 0, 16)
+    with pytest.raises(NotFound):
+        any_bucket.get_range("data/none", 50_000, 16)
+
+
 def test_get_missing_is_not_found(any_bucket: Bucket) -> None:
     with pytest.raises(NotFound) as err:
         any_bucket.get("nope/nothing")
