@@ -109,6 +109,7 @@ class SnapshotReader:
         self._copies: dict[bytes, list[BlobRef]] | None = None
         self._runs: dict[bytes, Any] = {}  # run ID -> the AES-GCM context of its data key
         self._pack_runs: dict[str, Any] = {}  # pack -> that context (its header read once)
+        self._head_lock = threading.Lock()
         self._local = threading.local()  # a zstd decompressor per thread
         self._spans: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # (pack, start)
 
@@ -120,6 +121,13 @@ class SnapshotReader:
         ctx = self._pack_runs.get(name)
         if ctx is not None:
             return ctx
+        with self._head_lock:  # (two fetchers starting on one pack read its header once)
+            ctx = self._pack_runs.get(name)
+            if ctx is None:
+                ctx = self._pack_runs[name] = self._read_head(name)
+            return ctx
+
+    def _read_head(self, name: str) -> Any:
         key = pack_key(name)
         head = self.repo.bucket.get_range(key, 0, HEAD_READ)
         start = len(PACK_MAGIC)
@@ -134,7 +142,6 @@ class SnapshotReader:
             sealed = head[start + 18 : start + 18 + n]
             data_key = crypto.open_with(self.key, sealed, run_info(self.repo, run_id))
             ctx = self._runs[run_id] = crypto.aead(data_key)
-        self._pack_runs[name] = ctx
         return ctx
 
     def _fetch(self, span: _Span) -> bytes:
