@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import secrets
-from typing import Protocol
+from typing import Any, Protocol
+
+import zstandard
+
+from lnk.backup import crypto
 
 PACK_MAGIC = b"LNKPACK1"
 
@@ -34,7 +38,21 @@ def run_info(repo: _HasId, run_id: bytes) -> bytes:
 
 
 def blob_aad(repo: _HasId, kind: str, blob_id: bytes) -> bytes:
-    return b"lnk-backup/blob/" + repo.id_bytes + b"/" + kind.encode() + b"/" + blob_id
+    return aad_of(repo.id_bytes, kind, blob_id)
+
+
+def aad_of(repo_id: bytes, kind: str, blob_id: bytes) -> bytes:
+    return b"lnk-backup/blob/" + repo_id + b"/" + kind.encode() + b"/" + blob_id
+
+
+def seal_blob(
+    ctx: Any, cctx: zstandard.ZstdCompressor, repo_id: bytes, kind: str, blob_id: bytes, data: bytes
+) -> bytes:
+    """A blob as stored: ``0x01 ‖ zstd(data)`` (or ``0x00 ‖ data`` when that is not
+    smaller), sealed under the run's AES-GCM context ``ctx``."""
+    packed = cctx.compress(data)
+    plain = b"\x01" + packed if len(packed) < len(data) else b"\x00" + data
+    return crypto.encrypt_with(ctx, plain, aad_of(repo_id, kind, blob_id))
 
 
 def pin_mmap_threshold() -> None:

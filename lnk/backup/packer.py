@@ -4,9 +4,9 @@ A chunk is named by HMAC-SHA256 under the dedup key; one the repository already
 holds (or this run already stores) is not stored again.  The others are
 compressed and sealed under the run's data key: within a big file, up to
 ``INFLIGHT`` (``writer.py``) chunks at once on a small thread pool (hashlib,
-zstandard and AES-GCM release the GIL); small chunks are named and sealed on
-the calling thread, in batches (for those, the hand-offs cost more than the pool
-gave).  Sealed blobs fill packs in the order their chunks were added, and a
+zstandard and AES-GCM release the GIL); small chunks are named on the calling
+thread and sealed in batches, there for a run's first few and then by a second
+process (``sealer.py``: for those, thread hand-offs cost more than the pool gave).  Sealed blobs fill packs in the order their chunks were added, and a
 full pack, then its own index object, is uploaded by one background thread
 while the next fills.  ``SnapshotWriter`` (``writer.py``) owns one ``Packer``.
 """
@@ -25,11 +25,12 @@ from typing import Any
 
 import zstandard
 
-from lnk.backup import crypto
+from lnk.backup import crypto, sealer
 from lnk.backup.blobindex import BlobIndex, BlobRef
-from lnk.backup.pack import PACK_MAGIC, blob_aad, new_name, pack_key, run_info
+from lnk.backup.pack import PACK_MAGIC, new_name, pack_key, run_info, seal_blob
 from lnk.backup.repository import Repository
 
+LEVEL = 3  # zstd's level for blobs
 WORKERS = 2  # threads that name, compress and seal chunks
 QUEUE_BYTES = 8 << 20  # plaintext queued for sealing, across files (bounds memory)
 QUEUE_ITEMS = 1024  # and at most this many chunks
@@ -69,7 +70,7 @@ class Packer:
         self.bucket = repo.bucket
         self.run_id = run_id
         self._on_wait = on_wait
-        data_key = os.urandom(crypto.KEY_LEN)
+        data_key = self._data_key = os.urandom(crypto.KEY_LEN)
         self._aead = crypto.aead(data_key)
         sealed = crypto.seal_to(repo.owner, data_key, run_info(repo, run_id))
         self._header = PACK_MAGIC + run_id + struct.pack(">H", len(sealed)) + sealed
@@ -87,6 +88,8 @@ class Packer:
         self._upload: Future[None] | None = None
         self._queue: deque[Queued] = deque()  # sealing, settled into packs in order
         self._queued_ids: set[bytes] = set()
+        self._batches = 0
+        self._sealer: sealer.SealProcess | None = None  # small chunks' second process
         self._queued_bytes = 0
         self._batch: list[tuple[str, bytes, bytes]] = []  # small chunks: kind, ID, data
         self._batch_bytes = 0
@@ -123,10 +126,8 @@ class Packer:
             return blob_id, None
         cctx = getattr(self._local, "cctx", None)
         if cctx is None:
-            cctx = self._local.cctx = zstandard.ZstdCompressor(level=3)
-        packed = cctx.compress(data)
-        plain = b"\x01" + packed if len(packed) < len(data) else b"\x00" + data
-        return blob_id, crypto.encrypt_with(self._aead, plain, blob_aad(self.repo, kind, blob_id))
+            cctx = self._local.cctx = zstandard.ZstdCompressor(level=LEVEL)
+        return blob_id, seal_blob(self._aead, cctx, self.repo.id_bytes, kind, blob_id, data)
 
     def _seal_batch(
         self, batch: list[tuple[str, bytes, bytes]]
@@ -164,10 +165,19 @@ class Packer:
             return
         batch, self._batch = self._batch, []
         size, self._batch_bytes = self._batch_bytes, 0
-        # sealed here: measured on 100,000 small files, handing batches to the pool
-        # cost more in GIL hand-offs than the second core gave (11.4 s against 10.5 s)
-        fut: Future[list[tuple[bytes, bytes | None]]] = Future()
-        fut.set_result(self._seal_batch(batch))
+        # sealed by a second process once a run has a few batches (handing them to a
+        # thread pool cost more in GIL hand-offs than the second core gave)
+        self._batches += 1
+        if self._sealer is None and self._batches > sealer.START_AFTER:
+            try:
+                self._sealer = sealer.SealProcess(self._data_key, self.repo.id_bytes, LEVEL)
+            except OSError:
+                self._batches = -(1 << 62)  # cannot start one: sealed here, as before
+        if self._sealer is not None:
+            fut = self._sealer.submit(batch)
+        else:
+            fut = Future()
+            fut.set_result(self._seal_batch(batch))
         self._push(Queued([k for k, _, _ in batch], fut, size))
 
     def _push(self, item: Queued) -> None:
@@ -251,5 +261,8 @@ class Packer:
         self._on_wait()
 
     def shutdown(self) -> None:
+        if self._sealer is not None:
+            self._sealer.close()
+            self._sealer = None
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._uploader.shutdown(wait=True)
