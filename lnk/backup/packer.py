@@ -6,8 +6,8 @@ compressed and sealed under the run's data key: within a big file, up to
 ``INFLIGHT`` (``writer.py``) chunks at once on a small thread pool (hashlib,
 zstandard and AES-GCM release the GIL); small chunks are named on the calling
 thread and sealed in batches, there for a run's first few and then by a second
-process (``sealer.py``: for those, thread hand-offs cost more than the pool gave).  Sealed blobs fill packs in the order their chunks were added, and a
-full pack, then its own index object, is uploaded by one background thread
+process (``sealer.py``: for those, thread hand-offs cost more than the pool
+gave).  Sealed blobs fill packs in the order their chunks were added, and a full pack, then its own index object, is uploaded by one background thread
 while the next fills.  ``SnapshotWriter`` (``writer.py``) owns one ``Packer``.
 """
 
@@ -90,6 +90,7 @@ class Packer:
         self._queued_ids: set[bytes] = set()
         self._batches = 0
         self._sealer: sealer.SealProcess | None = None  # small chunks' second process
+        self._sealer_failed = False  # it could not start: batches are sealed here
         self._queued_bytes = 0
         self._batch: list[tuple[str, bytes, bytes]] = []  # small chunks: kind, ID, data
         self._batch_bytes = 0
@@ -168,11 +169,11 @@ class Packer:
         # sealed by a second process once a run has a few batches (handing them to a
         # thread pool cost more in GIL hand-offs than the second core gave)
         self._batches += 1
-        if self._sealer is None and self._batches > sealer.START_AFTER:
+        if self._sealer is None and not self._sealer_failed and self._batches > sealer.START_AFTER:
             try:
                 self._sealer = sealer.SealProcess(self._data_key, self.repo.id_bytes, LEVEL)
             except OSError:
-                self._batches = -(1 << 62)  # cannot start one: sealed here, as before
+                self._sealer_failed = True
         if self._sealer is not None:
             fut = self._sealer.submit(batch)
         else:

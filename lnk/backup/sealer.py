@@ -43,6 +43,9 @@ START_AFTER = 4  # batches sealed in-process before the process starts: a small 
 Batch = list[tuple[str, bytes, bytes]]  # kind, blob ID, plaintext
 Sealed = list[tuple[bytes, bytes | None]]  # blob ID, sealed blob
 
+ANSWER_MAX = 4 << 20  # a sealed small chunk is at most 64 KiB and some bytes: a longer
+# answer is not one of ours
+
 _ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the folder holding lnk/
 
 
@@ -54,7 +57,7 @@ class SealProcess:
     """Batches sealed by a child process, in the order they were submitted."""
 
     def __init__(self, data_key: bytes, repo_id: bytes, level: int = 3) -> None:
-        self._key, self._repo_id, self._level = data_key, repo_id, level
+        self._repo_id, self._level = repo_id, level
         self._ctx = crypto.aead(data_key)  # for batches sealed here (the child is gone)
         self._cctx: zstandard.ZstdCompressor | None = None
         self._lock = threading.Lock()
@@ -143,6 +146,8 @@ class SealProcess:
                 sealed: list[bytes] = []
                 for _ in range(count):
                     (n,) = struct.unpack(">I", _need(self._from, 4))
+                    if n > ANSWER_MAX:
+                        raise EOFError  # not an answer of ours: sealed here
                     sealed.append(_need(self._from, n))
                 with self._lock:
                     if len(sealed) != len(self._waiting[0][0]):

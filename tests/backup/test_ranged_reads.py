@@ -62,6 +62,14 @@ def backup(repo: Repository, content: dict[str, bytes], tmp: Path) -> str:
         return w.commit({"agent": "ada"})
 
 
+def made(tmp_path: Path, owner: ReceiverKey) -> tuple[Path, Ranges, Repository]:
+    """A repository in a local folder, every read of it recorded."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    bucket = Ranges(CountingBucket(_local(root)))
+    return root, bucket, Repository.init(bucket, owner.public_key_text())
+
+
 def packs_size(bucket: Bucket) -> int:
     return sum(size for _k, size in bucket.list("data/"))
 
@@ -69,10 +77,7 @@ def packs_size(bucket: Bucket) -> int:
 def test_a_read_ahead_reads_each_pack_byte_about_once_and_no_pack_whole(
     tmp_path: Path, owner: ReceiverKey
 ) -> None:
-    root = tmp_path / "repo"
-    root.mkdir()
-    bucket = Ranges(CountingBucket(_local(root)))
-    repo = Repository.init(bucket, owner.public_key_text())
+    _root, bucket, repo = made(tmp_path, owner)
     content = files(3000)
     snap = backup(repo, content, tmp_path)
     bucket.reset()
@@ -92,10 +97,7 @@ def test_a_read_ahead_reads_each_pack_byte_about_once_and_no_pack_whole(
 def test_reading_in_order_outside_the_read_ahead_reads_each_byte_about_once(
     tmp_path: Path, owner: ReceiverKey
 ) -> None:
-    root = tmp_path / "repo"
-    root.mkdir()
-    bucket = Ranges(CountingBucket(_local(root)))
-    repo = Repository.init(bucket, owner.public_key_text())
+    _root, bucket, repo = made(tmp_path, owner)
     content = files(2000, seed=3)
     snap = backup(repo, content, tmp_path)
     bucket.reset()
@@ -112,10 +114,7 @@ def test_a_damaged_span_is_read_from_another_copy(tmp_path: Path, owner: Receive
     backup stored (after a verify marked the pack damaged), the ones before from it."""
     from lnk.backup import verify
 
-    root = tmp_path / "repo"
-    root.mkdir()
-    bucket = Ranges(CountingBucket(_local(root)))
-    repo = Repository.init(bucket, owner.public_key_text())
+    root, bucket, repo = made(tmp_path, owner)
     content = files(1500, seed=11)
     snap = backup(repo, content, tmp_path)
     packs = sorted(k for k, _n in bucket.list("data/"))

@@ -87,23 +87,18 @@ class LocalBucket(Bucket):
             ) from e
 
     def get(self, key: str) -> bytes:
-        self._need_root()
-        try:
-            return self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-            raise NotFound(f"no object {key} in {self.url}") from e
-        except PermissionError as e:
-            raise Refused(
-                f"cannot read {key} in {self.url}: {e.strerror}",
-                hint=f"give this user read permission on {self.root}",
-            ) from e
+        return self._read(key, 0, -1)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._read(key, start, length) if length > 0 else b""
+
+    def _read(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (-1: to the end)."""
         self._need_root()
         try:
             with open(self._path(key), "rb") as f:
                 f.seek(start)
-                return f.read(max(length, 0))
+                return f.read(length)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
             raise NotFound(f"no object {key} in {self.url}") from e
         except PermissionError as e:

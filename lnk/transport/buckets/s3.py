@@ -115,35 +115,29 @@ class S3Bucket(CloudBucket):
             self._fail(e, f"writing {key}", "s3:PutObject")
 
     def get(self, key: str) -> bytes:
-        name = self._name(key)
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=name)
-            body = resp["Body"]
-            try:
-                return bytes(body.read())
-            finally:
-                body.close()
+            return self._body(key)
         except Exception as e:
             self._fail(e, f"reading {key}", "s3:GetObject")
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        name = self._name(key)
         if length <= 0:
             return b""
         try:
-            resp = self.client.get_object(
-                Bucket=self.bucket, Key=name, Range=f"bytes={start}-{start + length - 1}"
-            )
-            body = resp["Body"]
-            try:
-                return bytes(body.read())
-            finally:
-                body.close()
+            return self._body(key, Range=f"bytes={start}-{start + length - 1}")
         except Exception as e:
             if _status(e) == "416":  # the range starts past the object's end
                 self.get_range(key, 0, 1)  # (NotFound if there is no object at all)
                 return b""
             self._fail(e, f"reading {key}", "s3:GetObject")
+
+    def _body(self, key: str, **kw: str) -> bytes:
+        resp = self.client.get_object(Bucket=self.bucket, Key=self._name(key), **kw)
+        body = resp["Body"]
+        try:
+            return bytes(body.read())
+        finally:
+            body.close()
 
     def exists(self, key: str) -> bool:
         name = self._name(key)
