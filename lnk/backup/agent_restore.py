@@ -10,6 +10,8 @@ no label means the older one, where everything was inside Home/:
 
 Either way the snapshot becomes the records a stream carries, received by
 :func:`lnk.payload.receive.receive_records` (every check, one atomic apply).
+A big layout-2 snapshot is read by a second process (lnk.backup.restore_reader)
+while this one receives: the two halves on two cores.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.moved import lives_elsewhere
 from lnk.agents.running import is_running
 from lnk.agents.settings import check_name, new_agent_id
-from lnk.backup import agent_keys
+from lnk.backup import agent_keys, restore_reader
 from lnk.backup.agent_repos import open_for_reading, read_layout
 from lnk.backup.agent_snapshots import (
     SnapshotParts,
@@ -38,6 +40,7 @@ from lnk.backup.agent_snapshots import (
     records_layout2,
 )
 from lnk.backup.reader import Entry, SnapshotReader
+from lnk.backup.restore_reader import ReaderProcess
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
 from lnk.payload import manifest as M
@@ -85,14 +88,22 @@ def restore_agent(
     away, this computer moved it to a box, or a box holds it) is refused.
     """
     agent_keys.require_private(agent_keys.load(machine))  # fail before touching the bucket
+    from_url = bucket is None
     bucket = bucket or open_bucket(url)
     layout = read_layout(bucket)  # first: before anything the backup folder holds
     repo = open_for_reading(machine, bucket, url)
     info = pick_snapshot(repo, name, snapshot)
-    reader = SnapshotReader(repo, info.id)
-    parts = read_parts(reader)
+    child: ReaderProcess | None = None
+    parts: SnapshotParts | None = None
     try:
-        head = M.Head.from_json(parts.head)
+        if layout == 2 and from_url and info.files >= restore_reader.MIN_FILES:
+            child = ReaderProcess(machine, url, info.id)  # reads while this one checks
+            raw_head = child.head()
+        else:
+            reader = SnapshotReader(repo, info.id)
+            parts = read_parts(reader)
+            raw_head = parts.head
+        head = M.Head.from_json(raw_head)
         if head.phase != "full":
             raise M.bad(f"the snapshot's manifest is a {head.phase} phase, not a whole agent")
         if head.name != name:
@@ -102,20 +113,28 @@ def restore_agent(
             )
         unanswered: list[str] = []
         if as_name is not None:
-            head = _as_new_agent(parts.head, as_name)
+            head = _as_new_agent(raw_head, as_name)
         else:
             unanswered = _refuse_if_elsewhere(machine, head, url)
         receivers.check_one_filesystem(machine)  # before anything of a live copy is moved aside
         kept = _make_room(machine, head, force)
-        if layout == 2:
+        if child is not None:
+            records = child.records(raw_head, progress)
+            rep = receive_records(machine, records, stream_id=info.id)
+        elif layout == 2:
+            assert parts is not None
             records = records_layout2(reader, parts, progress)
             rep = receive_records(machine, records, stream_id=info.id)
         else:
+            assert parts is not None
             with tempfile.TemporaryDirectory(prefix="lnk-restore-") as tmp:
                 records = records_layout1(reader, parts, Path(tmp), url, progress)
                 rep = receive_records(machine, records, store="files", stream_id=info.id)
     finally:
-        parts.entries.close()
+        if parts is not None:
+            parts.entries.close()
+        if child is not None:
+            child.close()
     return RestoreReport(
         rep.agent,
         rep.id,

@@ -1,0 +1,247 @@
+"""A restore read by a second process (lnk.backup.restore_reader): real child
+processes on every real bucket backend, killed with SIGKILL where the test says so."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bk_helpers import agent_files, collections_of, give_keys, sample_agent, write
+
+from lnk.agents import registry
+from lnk.agents.layout import Machine
+from lnk.backup import restore_reader
+from lnk.backup.agent import backup_agent
+from lnk.backup.agent_restore import restore_agent
+from lnk.backup.restore_reader import ReaderProcess
+from lnk.errors import BackupError, Refused, StreamError
+from lnk.payload import manifest as M
+from tests.procs import process_runs
+
+ROOT = Path(__file__).parents[2]
+
+
+def _children(monkeypatch: pytest.MonkeyPatch) -> list[ReaderProcess]:
+    """Every ReaderProcess started from now on (the restore starts its own)."""
+    started: list[ReaderProcess] = []
+    real = ReaderProcess.__init__
+
+    def init(self: ReaderProcess, *a: object) -> None:
+        real(self, *a)  # type: ignore[arg-type]
+        started.append(self)
+
+    monkeypatch.setattr(ReaderProcess, "__init__", init)
+    return started
+
+
+def _many_files(machine: Machine, n: int) -> None:
+    a = registry.find(machine, "work")
+    for i in range(n):
+        write(a.folders.home / f"src/d{i // 40}/f{i}.py", f"print({i})\n".encode() * (i % 7 + 1))
+
+
+def test_a_big_snapshot_is_read_by_a_second_process(
+    src: Machine, dst: Machine, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restore_reader, "MIN_FILES", 50)
+    started = _children(monkeypatch)
+    a = sample_agent(src, big=3 << 20)
+    _many_files(src, 120)
+    backup_agent(src, registry.find(src, "work"), url)
+    give_keys(src, dst)
+    seen: list[int] = []
+    rep = restore_agent(dst, "work", url, progress=seen.append)
+    assert len(started) == 1  # through the child
+    assert not process_runs(started[0].pid)  # and reaped
+    b = registry.find(dst, "work")
+    assert agent_files(b.folders.root) == agent_files(a.folders.root)
+    assert collections_of(b) == collections_of(a)
+    assert rep.layout == 2 and rep.files >= 120
+    assert sum(seen) >= 3 << 20  # the data's bytes counted as they came
+
+
+def test_a_small_snapshot_is_read_here(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _children(monkeypatch)
+    a = sample_agent(src)
+    backup_agent(src, a, local_url)
+    give_keys(src, dst)
+    restore_agent(dst, "work", local_url)
+    assert started == []
+    assert agent_files(registry.find(dst, "work").folders.root) == agent_files(a.folders.root)
+
+
+def test_restored_under_a_new_name_through_the_child(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
+    started = _children(monkeypatch)
+    a = sample_agent(src)
+    backup_agent(src, a, local_url)
+    give_keys(src, dst)
+    rep = restore_agent(dst, "work", local_url, as_name="twin")
+    assert len(started) == 1
+    b = registry.find(dst, "twin")
+    assert rep.agent == "twin" and b.settings.id != a.settings.id
+    assert agent_files(b.folders.root) == agent_files(a.folders.root)
+
+
+def test_the_child_refusing_is_one_clear_error(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child fails on its own (its HOME has no key): the parent raises its error."""
+    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
+    a = sample_agent(src)
+    backup_agent(src, a, local_url)
+    give_keys(src, dst)
+    snap = restore_agent(dst, "work", local_url).snapshot
+    child = ReaderProcess(Machine(dst.home / "nobody"), local_url, snap)
+    try:
+        with pytest.raises(Refused) as e:
+            child.head()
+        assert "backup key" in e.value.message
+    finally:
+        child.close()
+    assert not process_runs(child.pid)
+
+
+def test_a_killed_reader_leaves_nothing_applied(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
+    started = _children(monkeypatch)
+    sample_agent(src, big=4 << 20)
+    _many_files(src, 300)
+    backup_agent(src, registry.find(src, "work"), local_url)
+    give_keys(src, dst)
+
+    def kill(_n: int) -> None:
+        if process_runs(started[0].pid):
+            os.kill(started[0].pid, signal.SIGKILL)
+
+    with pytest.raises(BackupError) as e:
+        restore_agent(dst, "work", local_url, progress=kill)
+    assert "ended before the snapshot did; nothing was restored" in e.value.message
+    assert registry.find_by_id(dst, registry.find(src, "work").settings.id) is None
+    assert not (dst.settings_file("work")).exists()
+    restore_agent(dst, "work", local_url)  # and a second try restores it whole
+    assert agent_files(registry.find(dst, "work").folders.root) == agent_files(
+        registry.find(src, "work").folders.root
+    )
+
+
+def _child_of(parent: int, deadline: float) -> int | None:
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"restore_reader" in cmd:
+                return int(entry.name)
+        time.sleep(0.01)
+    return None
+
+
+def test_a_killed_restore_leaves_nothing_applied_and_no_child(
+    src: Machine, dst: Machine, local_url: str
+) -> None:
+    """``lnk agent restore`` killed with SIGKILL while its reader runs: the reader ends
+    (its pipes close) and the destination holds no agent."""
+    a = sample_agent(src)
+    _many_files(src, restore_reader.MIN_FILES + 100)
+    backup_agent(src, registry.find(src, "work"), local_url)
+    give_keys(src, dst)
+    env = os.environ | {"HOME": str(dst.home)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "lnk", "agent", "restore", "work", "--from", local_url],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    child = _child_of(p.pid, time.monotonic() + 60)
+    assert child is not None
+    os.kill(child, signal.SIGSTOP)  # the restore cannot get past the manifest meanwhile
+    p.kill()
+    p.wait()
+    os.kill(child, signal.SIGCONT)
+    deadline = time.monotonic() + 20
+    while process_runs(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_runs(child)
+    assert registry.find_by_id(dst, a.settings.id) is None
+    restore_agent(dst, "work", local_url)  # nothing half-done stands in the way
+    assert agent_files(registry.find(dst, "work").folders.root) == agent_files(
+        registry.find(src, "work").folders.root
+    )
+
+
+# ---- what the parent accepts from the pipe -----------------------------------------
+def _fed(data: bytes) -> ReaderProcess:
+    r = ReaderProcess.__new__(ReaderProcess)
+    r._from = io.BytesIO(data)
+    return r
+
+
+def _frame(kind: int, body: bytes, n: int | None = None) -> bytes:
+    return bytes((kind,)) + (len(body) if n is None else n).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (_frame(M.HEAD, b"", n=restore_reader.FRAME_MAX + 1), "not one of its frames"),
+        (_frame(0x42, b"{}"), "not one of its frames"),
+        (_frame(M.HEAD, b"{}")[:-1], "ended before the snapshot did"),
+        (b"\x01\x00", "ended before the snapshot did"),
+        (b"", "ended before the snapshot did"),
+        (_frame(restore_reader.FAILED, b"not json"), "ended before the snapshot did"),
+    ],
+)
+def test_frames_that_are_not_ours_stop_the_restore(data: bytes, says: str) -> None:
+    with pytest.raises(BackupError) as e:
+        _fed(data).head()
+    assert says in e.value.message
+
+
+def test_the_first_record_must_be_the_manifest() -> None:
+    with pytest.raises(StreamError) as e:
+        _fed(_frame(M.FILES, b"[]")).head()
+    assert "first record is not its manifest" in e.value.message
+
+
+def test_a_failure_keeps_its_kind_and_hint() -> None:
+    body = json.dumps({"kind": "Refused", "message": "no key here", "hint": "import it"})
+    with pytest.raises(Refused) as e:
+        _fed(_frame(restore_reader.FAILED, body.encode())).head()
+    assert (e.value.message, e.value.hint) == ("no key here", "import it")
+    body = json.dumps({"kind": "SystemExit", "message": "odd", "hint": None})
+    with pytest.raises(BackupError) as e2:  # an unknown kind is a BackupError
+        _fed(_frame(restore_reader.FAILED, body.encode())).head()
+    assert e2.value.message == "odd"
+
+
+def test_records_end_at_end_and_count_data() -> None:
+    data = (
+        _frame(M.FILES, b"[]")
+        + _frame(M.DATA, b"abc")
+        + _frame(M.DATA, b"de")
+        + _frame(restore_reader.END, b"")
+        + _frame(M.DATA, b"never read")
+    )
+    seen: list[int] = []
+    got = list(_fed(data).records({"a": 1}, seen.append))
+    assert got == [(M.HEAD, M.dump({"a": 1})), (M.FILES, b"[]"), (M.DATA, b"abc"), (M.DATA, b"de")]
+    assert seen == [3, 2]
