@@ -52,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,9 @@ class Run:
     max_rss: int  # bytes
     out: str
     cpu: float = 0.0  # user + system seconds of the tree
+    tree_rss: int = 0  # bytes: the largest sum of the RSS of the command and its
+    # descendants, sampled every 50 ms (lnk's backup and restore run a second process;
+    # ``max_rss`` is the largest single process)
 
 
 SETTLE = 10.0  # seconds to let the disk finish earlier writes and deletions
@@ -130,12 +134,14 @@ def run(
             stderr=err,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         )
+        sampler = TreeRss(p.pid)
         if stdin is not None:
             assert p.stdin is not None
             p.stdin.write(stdin)
             p.stdin.close()
         _pid, status, usage = os.wait4(p.pid, 0)
         dt = time.perf_counter() - t0
+        sampler.stop()
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -145,7 +151,44 @@ def run(
                 f"{' '.join(argv)} -> {p.returncode}:\n"
                 f"{err.read().decode(errors='replace')[-3000:]}"
             )
-    return Run(dt, usage.ru_maxrss * 1024, text, usage.ru_utime + usage.ru_stime)
+    rss = usage.ru_maxrss * 1024
+    return Run(dt, rss, text, usage.ru_utime + usage.ru_stime, max(rss, sampler.peak))
+
+
+class TreeRss:
+    """The largest sum of RSS over a process and its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, every: float = 0.05) -> None:
+        self.pid, self.every, self.peak = pid, every, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._done.wait(self.every):
+            parents: dict[int, int] = {}
+            rss: dict[int, int] = {}
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[1].split()
+                except OSError:
+                    continue
+                parents[int(entry.name)] = int(fields[1])
+                rss[int(entry.name)] = int(fields[21]) * page
+            tree, grew = {self.pid}, True
+            while grew:
+                more = {p for p, pp in parents.items() if pp in tree} - tree
+                tree |= more
+                grew = bool(more)
+            self.peak = max(self.peak, sum(rss.get(p, 0) for p in tree))
 
 
 def tree_size(root: Path) -> int:

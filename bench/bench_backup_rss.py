@@ -107,11 +107,15 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
         if not a.no_restic:
             cols["restic"] = restic_rounds(master, top, out)
-        print(f"{a.files:,} source-like files; wall s / peak RSS MiB (goal <= 200 MiB)")
-        print(f"{'':18}" + "".join(f"{c:>22}" for c in cols))
+        print(
+            f"{a.files:,} source-like files; wall s / peak RSS MiB of the largest process "
+            "(of all its processes together, sampled) (goal <= 200 MiB)"
+        )
+        print(f"{'':18}" + "".join(f"{c:>30}" for c in cols))
         for step in ("first backup", "unchanged backup", "restore"):
             cells = "".join(
                 f"{cols[c][step].seconds:>12.1f} s {cols[c][step].max_rss / MIB:>5.0f} MiB"
+                f" ({cols[c][step].tree_rss / MIB:>4.0f})"
                 for c in cols
             )
             print(f"{step:18}{cells}")
