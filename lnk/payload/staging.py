@@ -40,6 +40,7 @@ def _umask() -> int:
 
 
 _UMASK = _umask()
+SEEN_MAX = 16384
 _PART = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -82,6 +83,9 @@ class Stage(HeldStaging, CollectionStaging):
         self.files = 0
         self.data_bytes = 0
         self.pending: list[M.FileEntry] = []
+        # the entries of recent file lists (path -> kind, sha column), so an entry's folder
+        # is mostly found without a query; cleared past SEEN_MAX
+        self.seen: dict[str, tuple[str, str | None]] = {}
         self.unresolved: list[M.FileEntry] = []
         self.unsettled: set[str] = set()  # bulk only: content whose bytes did not match
         # full and final phases write each file's bytes straight into the staged tree
@@ -162,6 +166,7 @@ class Stage(HeldStaging, CollectionStaging):
                 f"holds at most {M.FILES_PER_RECORD}"
             )
         self._resolve_unresolved()
+        rows: list[tuple[Any, ...]] = []  # entries other than folders: inserted together
         for raw in batch:
             e = M.FileEntry.from_json(raw)
             self.entries += 1
@@ -172,28 +177,15 @@ class Stage(HeldStaging, CollectionStaging):
             if e.kept:
                 self._check_kept(e)
             placed = self.direct and e.kind == "f" and e.data
-            try:
-                self.db.execute(
-                    "INSERT INTO e (path, fold, kind, mode, size, sha, grp, mtime, placed) "
-                    "VALUES (?,?,?,?,?,?,?,?,?)",
-                    (
-                        e.path,
-                        M.fold(e.path),
-                        e.kind,
-                        e.mode,
-                        e.size,
-                        # a link keeps its target, a folder held whole its digest
-                        e.target if e.kind == "l" else e.kept or e.sha256,
-                        e.group,
-                        e.mtime_ns,
-                        placed,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise M.bad(
-                    f"{e.path!r} appears twice, or differs from another path only by "
-                    "case or Unicode normalisation"
-                ) from None
+            # a link keeps its target, a folder held whole its digest
+            sha = e.target if e.kind == "l" else e.kept or e.sha256
+            rec: tuple[Any, ...] = (self.entries, e.path, M.fold(e.path), e.kind, e.mode)
+            rec += (e.size, sha, e.group, e.mtime_ns, placed)
+            self.seen[e.path] = (e.kind, sha)
+            if e.kind == "d":  # at once: its folder is made below, and only once
+                self._insert([rec])
+            else:
+                rows.append(rec)
             if e.kind == "d" and self.direct and not e.kept:
                 if e.path in M.FILE_ROOTS:
                     os.makedirs(self.staged(e.path), 0o700, exist_ok=True)
@@ -226,6 +218,28 @@ class Stage(HeldStaging, CollectionStaging):
                 self.pending.append(e)
             else:
                 self.unresolved.append(e)
+        self._insert(rows)
+        if len(self.seen) > SEEN_MAX:
+            self.seen.clear()
+
+    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        """Add entries to the stream's list; the first whose path (or its case- and
+        Unicode-folded form) is there already is refused by name."""
+        try:
+            self.db.executemany(
+                "INSERT INTO e (i, path, fold, kind, mode, size, sha, grp, mtime, placed) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+        except sqlite3.IntegrityError:
+            # the rows before the one refused are in: that one is the first not there
+            for row in rows:
+                if self.db.execute("SELECT 1 FROM e WHERE i=?", (row[0],)).fetchone() is None:
+                    raise M.bad(
+                        f"{row[1]!r} appears twice, or differs from another path only by "
+                        "case or Unicode normalisation"
+                    ) from None
+            raise
 
     def _path_room(self) -> None:
         """How long a stream's path may be here: joined to the agent's folder (or to the
@@ -256,7 +270,9 @@ class Stage(HeldStaging, CollectionStaging):
         if path in M.FILE_ROOTS:
             return
         parent = path.rsplit("/", 1)[0]
-        row = self.db.execute("SELECT kind, sha FROM e WHERE path=?", (parent,)).fetchone()
+        row = self.seen.get(parent)
+        if row is None:
+            row = self.db.execute("SELECT kind, sha FROM e WHERE path=?", (parent,)).fetchone()
         if row is None or row[0] != "d":
             raise M.bad(f"{path!r} comes before its folder {parent!r}, or its folder is a file")
         if row[1]:

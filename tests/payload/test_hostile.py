@@ -205,6 +205,46 @@ def test_names_that_fold_alike_are_refused(dest: Dest, a: str, b: str) -> None:
     )
 
 
+def _lists(dest: Dest, *lists: list[dict[str, Any]]) -> bytes:
+    """A stream whose entries come in several FILES records, one per list."""
+    records = [(M.HEAD, M.dump(dest.head())), (M.FILES, M.dump(roots() + lists[0]))]
+    records += [(M.FILES, M.dump(entries)) for entries in lists[1:]]
+    return dest.send(records)
+
+
+@pytest.mark.parametrize(
+    "lists",
+    [
+        [[fentry("Home/x", b"")], [fentry("Home/x", b"")]],  # in two file lists
+        [[dentry("Home/x")], [fentry("Home/X", b"")]],  # a folder, then a file
+        [[fentry("Home/x", b""), dentry("Home/x")]],  # a file, then a folder, one list
+        [[dentry("Home/x"), dentry("Home/x")]],  # a folder twice
+    ],
+)
+def test_a_path_twice_is_refused_by_name(dest: Dest, lists: list[list[dict[str, Any]]]) -> None:
+    msg = dest.refuse(_lists(dest, *lists), StreamError, "appears twice")
+    assert "'Home/x'" in msg or "'Home/X'" in msg
+
+
+@pytest.mark.parametrize(
+    ("lists", "match"),
+    [
+        ([[fentry("Home/f", b"")], [fentry("Home/f/g", b"x")]], "its folder is a file"),
+        # Home/d/e is found a folder in the stage's list, so the last list gets checked
+        (
+            [[dentry("Home/d")], [dentry("Home/d/e")], [fentry("Home/d/e/x", b"")] * 2],
+            "'Home/d/e/x' appears twice",
+        ),
+    ],
+)
+def test_a_folder_is_found_after_the_recent_entries_are_forgotten(
+    dest: Dest, monkeypatch: pytest.MonkeyPatch, lists: list[list[dict[str, Any]]], match: str
+) -> None:
+    """Past SEEN_MAX the entries of earlier lists are looked up in the stage's list."""
+    monkeypatch.setattr("lnk.payload.staging.SEEN_MAX", 0)
+    dest.refuse(_lists(dest, *lists), StreamError, match)
+
+
 def test_unknown_entry_fields_and_bad_values_are_refused(dest: Dest) -> None:
     e = fentry("Home/x", b"")
     e["owner"] = "root"
