@@ -157,9 +157,7 @@ class Stage(HeldStaging, CollectionStaging):
 
     # ---- files ----------------------------------------------------------
     def _files(self, body: bytes) -> None:
-        batch = M.load_json(body, "file list")
-        if not isinstance(batch, list):
-            raise M.bad("a file list is not a list")
+        batch = M.load_file_list(body)
         if len(batch) > M.FILES_PER_RECORD:
             raise M.bad(
                 f"record {self.records - 1} lists {len(batch)} entries; a FILES record "

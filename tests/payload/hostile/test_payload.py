@@ -145,6 +145,13 @@ CASES: dict[str, tuple[Build, int, str]] = {
         "nested deeper than 512",
     ),
     "a file list nested deep": (_raw(M.FILES, b"[" * 5000 + b"]" * 5000), STREAM, "nested"),
+    # deeper than 512 yet parsed: no entry is walked, each is refused as not an entry
+    "a file list 700 deep": (_raw(M.FILES, b"[" * 700 + b"]" * 700), STREAM, "not an object"),
+    "an entry's size nested": (
+        _raw(M.FILES, b'[{"p":"Home/x","t":"f","m":420,"s":' + b"[" * 700 + b"]" * 700 + b"}]"),
+        STREAM,
+        "invalid size",
+    ),
     "a collection line nested deep": (
         _raw(M.COLLECTION, b"[" * 5000 + b"]" * 5000 + b"\n"),
         STREAM,
