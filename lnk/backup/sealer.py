@@ -61,6 +61,7 @@ class SealProcess:
         self._ctx = crypto.aead(data_key)  # for batches sealed here (the child is gone)
         self._cctx: zstandard.ZstdCompressor | None = None
         self._lock = threading.Lock()
+        self._here_lock = threading.Lock()
         self._waiting: deque[tuple[Batch, Future[Sealed]]] = deque()
         self._outbox: deque[tuple[Batch, Future[Sealed]] | None] = deque()
         self._more = threading.Condition(self._lock)
@@ -180,9 +181,12 @@ class SealProcess:
                     fut.set_exception(e)
 
     def _here(self, batch: Batch) -> Sealed:
-        if self._cctx is None:
-            self._cctx = zstandard.ZstdCompressor(level=self._level)
-        return seal_batch(self._ctx, self._cctx, self._repo_id, batch)
+        # the reader thread (a child's batches left unanswered) and the caller's (batches
+        # submitted after) may both seal here; a zstd compressor takes one at a time
+        with self._here_lock:
+            if self._cctx is None:
+                self._cctx = zstandard.ZstdCompressor(level=self._level)
+            return seal_batch(self._ctx, self._cctx, self._repo_id, batch)
 
 
 def _read_exact(f: IO[bytes], n: int) -> bytes:

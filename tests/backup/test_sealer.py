@@ -72,6 +72,36 @@ def test_a_killed_child_leaves_its_batches_sealed_here() -> None:
         proc.close()
 
 
+def test_batches_sealed_here_from_two_threads_at_once() -> None:
+    """Once the child is gone its unanswered batches are sealed on the reading thread
+    while later ones are sealed on the submitting threads: one compressor, taken in turn
+    (at once, zstd aborted the whole process)."""
+    import threading
+
+    key, repo_id = os.urandom(32), os.urandom(16)
+    proc = sealer.SealProcess(key, repo_id)
+    os.kill(proc.pid, signal.SIGKILL)
+    work = batches(120, seed=7)
+    results: dict[int, sealer.Sealed] = {}
+
+    def submit(start: int) -> None:
+        for n in range(start, len(work), 2):
+            results[n] = proc.submit(work[n]).result(timeout=60)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in (0, 1)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        proc.close()
+    assert proc.broken and sorted(results) == list(range(len(work)))
+    for n, batch in enumerate(work):
+        for (kind, i, data), (_i, sealed) in zip(batch, results[n], strict=True):
+            assert sealed is not None and opened(key, repo_id, kind, i, sealed) == data
+
+
 def test_the_child_ends_when_the_backup_dies(tmp_path: Path) -> None:
     """A backup killed with SIGKILL leaves no sealing process behind (its pipe closes)."""
     import subprocess
