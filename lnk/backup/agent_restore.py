@@ -16,6 +16,7 @@ while this one receives: the two halves on two cores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -97,7 +98,9 @@ def restore_agent(
     parts: SnapshotParts | None = None
     try:
         if layout == 2 and from_url and info.files >= restore_reader.MIN_FILES:
-            child = ReaderProcess(machine, url, info.id)  # reads while this one checks
+            with contextlib.suppress(OSError):  # no second process here: read in this one
+                child = ReaderProcess(machine, url, info.id)  # reads while this one checks
+        if child is not None:
             raw_head = child.head()
         else:
             reader = SnapshotReader(repo, info.id)

@@ -79,6 +79,25 @@ def test_a_small_snapshot_is_read_here(
     assert agent_files(registry.find(dst, "work").folders.root) == agent_files(a.folders.root)
 
 
+def test_a_reader_that_cannot_start_leaves_the_restore_to_this_process(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
+    a = sample_agent(src)
+    backup_agent(src, a, local_url)
+    give_keys(src, dst)
+    tried: list[object] = []
+
+    def no_fork(*args: object, **kw: object) -> None:
+        tried.append(args)
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(restore_reader.subprocess, "Popen", no_fork)
+    restore_agent(dst, "work", local_url)
+    assert len(tried) == 1
+    assert agent_files(registry.find(dst, "work").folders.root) == agent_files(a.folders.root)
+
+
 def test_restored_under_a_new_name_through_the_child(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
