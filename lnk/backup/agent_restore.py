@@ -41,7 +41,6 @@ from lnk.backup.agent_snapshots import (
     records_layout2,
 )
 from lnk.backup.reader import Entry, SnapshotReader
-from lnk.backup.restore_reader import ReaderProcess
 from lnk.collections import FileStore
 from lnk.errors import AlreadyExists, Refused
 from lnk.payload import manifest as M
@@ -94,12 +93,13 @@ def restore_agent(
     layout = read_layout(bucket)  # first: before anything the backup folder holds
     repo = open_for_reading(machine, bucket, url)
     info = pick_snapshot(repo, name, snapshot)
-    child: ReaderProcess | None = None
+    child: restore_reader.ReaderProcess | None = None
     parts: SnapshotParts | None = None
     try:
         if layout == 2 and from_url and info.files >= restore_reader.MIN_FILES:
-            with contextlib.suppress(OSError):  # no second process here: read in this one
-                child = ReaderProcess(machine, url, info.id)  # reads while this one checks
+            # it reads while this one checks; no second process here: read in this one
+            with contextlib.suppress(OSError):
+                child = restore_reader.ReaderProcess(machine, url, repo.id, info.id)
         if child is not None:
             raw_head = child.head()
         else:

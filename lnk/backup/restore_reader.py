@@ -7,8 +7,8 @@ share one core (the GIL); ``ReaderProcess`` runs the reading half in a child
 (``python -c 'from lnk.backup.restore_reader import serve; serve()'``) and this
 process receives what it sends.
 
-The child is told on stdin, in one JSON line, the HOME, the bucket's URL and the
-snapshot's ID; it loads the owner's private key from that HOME itself (the key
+The child is told on stdin, in one JSON line, the HOME, the bucket's URL, the
+repository's ID (checked again at use) and the snapshot's ID; it loads the owner's private key from that HOME itself (the key
 never crosses the pipe).  It answers on stdout with frames (big-endian)
 ``u8 type ‖ u32 n ‖ body(n)``: the records of a stream (HEAD first), then
 ``END``; or, when it fails, ``FAILED`` with ``{"kind", "message", "hint"}``.
@@ -41,11 +41,13 @@ from lnk.backup import agent_keys
 from lnk.backup.agent_snapshots import read_parts, records_layout2
 from lnk.backup.reader import SnapshotReader
 from lnk.backup.repository import Repository
+from lnk.formats.header import read_exact
 from lnk.payload import manifest as M
 from lnk.transport.buckets import open_bucket
 
 MIN_FILES = 2000  # a smaller snapshot is read here: the child's start (~0.2 s) would cost more
 FRAME_MAX = 64 << 20  # past any record a snapshot yields (chunks of 1 MiB, lists of 2,000)
+FAILED_MAX = 64 << 10  # an error's kind, message and hint: one line's worth
 END, FAILED = 0xFE, 0xFF
 RECORD_TYPES = frozenset((M.HEAD, M.FILES, M.DATA, M.COLLECTION, M.SUMMARY))
 _KINDS: dict[str, type[errors.LnkError]] = {
@@ -74,7 +76,7 @@ def _ended() -> errors.BackupError:
 class ReaderProcess:
     """The snapshot ``snapshot_id`` of the repository at ``url``, read by a child."""
 
-    def __init__(self, machine: Machine, url: str, snapshot_id: str) -> None:
+    def __init__(self, machine: Machine, url: str, repo_id: str, snapshot_id: str) -> None:
         code = (
             f"import sys; sys.path.insert(0, {_ROOT!r}); "
             "from lnk.backup.restore_reader import serve; serve()"
@@ -89,7 +91,7 @@ class ReaderProcess:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._to: IO[bytes] = self._proc.stdin
         self._from: IO[bytes] = self._proc.stdout
-        ask = {"home": str(machine.home), "url": url, "snapshot": snapshot_id}
+        ask = {"home": str(machine.home), "url": url, "repo": repo_id, "snapshot": snapshot_id}
         try:
             self._to.write(json.dumps(ask).encode() + b"\n")
             self._to.flush()  # stdin stays open: its end tells the child to stop
@@ -125,17 +127,18 @@ class ReaderProcess:
             yield kind, body
 
     def _frame(self) -> tuple[int, bytes]:
-        head = _read_exact(self._from, _FRAME.size)
+        head = read_exact(self._from, _FRAME.size)
         if len(head) != _FRAME.size:
             raise _ended()
         kind, n = _FRAME.unpack(head)
-        if n > FRAME_MAX or (kind not in RECORD_TYPES and kind not in (END, FAILED)):
+        limit = FAILED_MAX if kind == FAILED else FRAME_MAX
+        if n > limit or (kind not in RECORD_TYPES and kind not in (END, FAILED)):
             raise errors.BackupError(
                 "the process reading the backup sent what is not one of its frames; "
                 "nothing was restored",
                 hint="run the restore again",
             )
-        body = _read_exact(self._from, n)
+        body = read_exact(self._from, n)
         if len(body) != n:
             raise _ended()
         if kind == FAILED:
@@ -161,19 +164,6 @@ def _failure(body: bytes) -> errors.LnkError:
         return cls(str(d["message"]), hint=str(hint) if hint else None)
     except (ValueError, KeyError, TypeError, AttributeError):
         return _ended()
-
-
-def _read_exact(f: IO[bytes], n: int) -> bytes:
-    got = f.read(n)
-    if len(got) == n or not got:
-        return got
-    out = bytearray(got)
-    while len(out) < n:
-        more = f.read(n - len(out))
-        if not more:
-            break
-        out += more
-    return bytes(out)
 
 
 # ---- the child --------------------------------------------------------------------
@@ -215,6 +205,12 @@ def _failed(kind: str, message: str, hint: str | None) -> bytes:
 def _records(ask: dict[str, Any]) -> Iterator[tuple[int, bytes]]:
     private = agent_keys.require_private(agent_keys.load(Machine(Path(ask["home"]))))
     repo = Repository.open(open_bucket(str(ask["url"])), receiver_key=private)
+    if repo.id != ask["repo"]:  # another repository there since the restore opened it
+        raise errors.BackupError(
+            f"the repository at {ask['url']} is not the one this restore opened "
+            f"({repo.id[:12]}, not {str(ask['repo'])[:12]}); nothing was restored",
+            hint="check that nothing else writes to that bucket, then restore again",
+        )
     reader = SnapshotReader(repo, str(ask["snapshot"]))
     parts = read_parts(reader)
     try:

@@ -36,6 +36,7 @@ import zstandard
 
 from lnk.backup import crypto
 from lnk.backup.pack import seal_blob
+from lnk.formats.header import read_exact
 
 START_AFTER = 4  # batches sealed in-process before the process starts: a small run never
 # pays its start (about 0.2 s, overlapped with the run)
@@ -140,7 +141,7 @@ class SealProcess:
     def _read(self) -> None:
         try:
             while True:
-                head = _read_exact(self._from, 4)
+                head = read_exact(self._from, 4)
                 if not head:
                     break
                 (count,) = struct.unpack(">I", head)
@@ -189,18 +190,8 @@ class SealProcess:
             return seal_batch(self._ctx, self._cctx, self._repo_id, batch)
 
 
-def _read_exact(f: IO[bytes], n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        got = f.read(n - len(out))
-        if not got:
-            break
-        out += got
-    return bytes(out)
-
-
 def _need(f: IO[bytes], n: int) -> bytes:
-    got = _read_exact(f, n)
+    got = read_exact(f, n)
     if len(got) != n:
         raise EOFError
     return got
@@ -217,7 +208,7 @@ def serve() -> None:
         repo_id = _need(inp, n)
         level = _need(inp, 1)[0]
         ctx, cctx = crypto.aead(key), zstandard.ZstdCompressor(level=level)
-        while _read_exact(inp, 1) == b"B":
+        while read_exact(inp, 1) == b"B":
             (count,) = struct.unpack(">I", _need(inp, 4))
             parts = [struct.pack(">I", count)]
             for _ in range(count):

@@ -12,7 +12,7 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
@@ -52,7 +52,7 @@ class StreamFault(StreamError):
 DAMAGED = "the stream was altered or damaged on the way; send it again"
 
 
-def read_exact(inp: BinaryIO, n: int) -> bytes:
+def read_exact(inp: IO[bytes], n: int) -> bytes:
     """Read exactly n bytes, or fewer only at end of input."""
     first = inp.read(n)
     if first is None or len(first) == n:

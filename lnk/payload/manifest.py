@@ -318,20 +318,26 @@ def dump(obj: Any) -> bytes:
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def load_json(body: bytes, what: str) -> Any:
-    """Parse a JSON record body: strict UTF-8, no lone surrogate in any string, nested at
-    most MAX_JSON_DEPTH deep.  Anything else is refused as the record it came in."""
+def _parse(body: bytes, what: str) -> tuple[Any, str]:
+    """A JSON record body parsed (and its text): at most MAX_JSON_RECORD bytes, strict
+    UTF-8, within the parser's own depth; anything else refused as the record it came in."""
     if len(body) > MAX_JSON_RECORD:
         raise bad(f"a {what} record is larger than {MAX_JSON_RECORD} bytes")
     try:
         text = body.decode("utf-8")  # strict: json.loads(bytes) would pass surrogates
-        value = json.loads(text)
+        return json.loads(text), text
     except UnicodeDecodeError as e:
         raise bad(f"a {what} record is not UTF-8 ({e.reason} at byte {e.start})") from None
     except RecursionError:
         raise bad(f"a {what} record is nested too deeply") from None
     except ValueError as e:
         raise bad(f"a {what} record is not valid JSON ({e})") from e
+
+
+def load_json(body: bytes, what: str) -> Any:
+    """Parse a JSON record body: strict UTF-8, no lone surrogate in any string, nested at
+    most MAX_JSON_DEPTH deep.  Anything else is refused as the record it came in."""
+    value, text = _parse(body, what)
     if isinstance(value, (dict, list)):
         surrogates = _SURROGATE_ESCAPE.search(text) is not None
         if surrogates or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
@@ -347,16 +353,7 @@ def load_file_list(body: bytes) -> list[Any]:
     entry): every field an entry may hold is then checked to be a number, a bool or a
     string matched or encoded as UTF-8, so a nested value or a lone surrogate is refused
     there, and nothing walks a value before."""
-    if len(body) > MAX_JSON_RECORD:
-        raise bad(f"a file list record is larger than {MAX_JSON_RECORD} bytes")
-    try:
-        value = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise bad(f"a file list record is not UTF-8 ({e.reason} at byte {e.start})") from None
-    except RecursionError:
-        raise bad("a file list record is nested too deeply") from None
-    except ValueError as e:
-        raise bad(f"a file list record is not valid JSON ({e})") from e
+    value, _text = _parse(body, "file list")
     if not isinstance(value, list):
         raise bad("a file list is not a list")
     return value

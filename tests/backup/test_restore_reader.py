@@ -17,12 +17,15 @@ from bk_helpers import agent_files, collections_of, give_keys, sample_agent, wri
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
+from lnk.agents.registry import Agent
 from lnk.backup import restore_reader
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
+from lnk.backup.repository import Repository
 from lnk.backup.restore_reader import ReaderProcess
 from lnk.errors import BackupError, Refused, StreamError
 from lnk.payload import manifest as M
+from lnk.transport.buckets import open_bucket
 from tests.procs import process_runs
 
 ROOT = Path(__file__).parents[2]
@@ -45,6 +48,23 @@ def _many_files(machine: Machine, n: int) -> None:
     a = registry.find(machine, "work")
     for i in range(n):
         write(a.folders.home / f"src/d{i // 40}/f{i}.py", f"print({i})\n".encode() * (i % 7 + 1))
+
+
+def _backed_up(
+    src: Machine, dst: Machine, url: str, monkeypatch: pytest.MonkeyPatch, min_files: int | None = 1
+) -> Agent:
+    """The sample agent backed up to ``url`` and the keys given to ``dst``; with
+    ``min_files``, snapshots that big are read by a child."""
+    if min_files is not None:
+        monkeypatch.setattr(restore_reader, "MIN_FILES", min_files)
+    a = sample_agent(src)
+    backup_agent(src, a, url)
+    give_keys(src, dst)
+    return a
+
+
+def _repo_id(url: str) -> str:
+    return Repository.open(open_bucket(url)).id
 
 
 def test_a_big_snapshot_is_read_by_a_second_process(
@@ -71,9 +91,7 @@ def test_a_small_snapshot_is_read_here(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started = _children(monkeypatch)
-    a = sample_agent(src)
-    backup_agent(src, a, local_url)
-    give_keys(src, dst)
+    a = _backed_up(src, dst, local_url, monkeypatch, min_files=None)
     restore_agent(dst, "work", local_url)
     assert started == []
     assert agent_files(registry.find(dst, "work").folders.root) == agent_files(a.folders.root)
@@ -82,10 +100,7 @@ def test_a_small_snapshot_is_read_here(
 def test_a_reader_that_cannot_start_leaves_the_restore_to_this_process(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
-    a = sample_agent(src)
-    backup_agent(src, a, local_url)
-    give_keys(src, dst)
+    a = _backed_up(src, dst, local_url, monkeypatch)
     tried: list[object] = []
 
     def no_fork(*args: object, **kw: object) -> None:
@@ -101,11 +116,8 @@ def test_a_reader_that_cannot_start_leaves_the_restore_to_this_process(
 def test_restored_under_a_new_name_through_the_child(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
     started = _children(monkeypatch)
-    a = sample_agent(src)
-    backup_agent(src, a, local_url)
-    give_keys(src, dst)
+    a = _backed_up(src, dst, local_url, monkeypatch)
     rep = restore_agent(dst, "work", local_url, as_name="twin")
     assert len(started) == 1
     b = registry.find(dst, "twin")
@@ -117,12 +129,9 @@ def test_the_child_refusing_is_one_clear_error(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The child fails on its own (its HOME has no key): the parent raises its error."""
-    monkeypatch.setattr(restore_reader, "MIN_FILES", 1)
-    a = sample_agent(src)
-    backup_agent(src, a, local_url)
-    give_keys(src, dst)
+    _backed_up(src, dst, local_url, monkeypatch)
     snap = restore_agent(dst, "work", local_url).snapshot
-    child = ReaderProcess(Machine(dst.home / "nobody"), local_url, snap)
+    child = ReaderProcess(Machine(dst.home / "nobody"), local_url, _repo_id(local_url), snap)
     try:
         with pytest.raises(Refused) as e:
             child.head()
@@ -130,6 +139,22 @@ def test_the_child_refusing_is_one_clear_error(
     finally:
         child.close()
     assert not process_runs(child.pid)
+
+
+def test_the_child_refuses_another_repository_than_the_one_opened(
+    src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bucket holds another repository by the time the child opens it (swapped between
+    the restore's open and the child's): the child reads nothing of it."""
+    _backed_up(src, dst, local_url, monkeypatch)
+    snap = restore_agent(dst, "work", local_url).snapshot
+    child = ReaderProcess(dst, local_url, "0" * 32, snap)
+    try:
+        with pytest.raises(BackupError) as e:
+            child.head()
+        assert "is not the one this restore opened" in e.value.message
+    finally:
+        child.close()
 
 
 def test_a_killed_reader_leaves_nothing_applied(
@@ -239,6 +264,13 @@ def test_the_first_record_must_be_the_manifest() -> None:
     with pytest.raises(StreamError) as e:
         _fed(_frame(M.FILES, b"[]")).head()
     assert "first record is not its manifest" in e.value.message
+
+
+def test_a_failure_longer_than_a_line_is_not_ours() -> None:
+    body = json.dumps({"kind": "Refused", "message": "x" * restore_reader.FAILED_MAX})
+    with pytest.raises(BackupError) as e:
+        _fed(_frame(restore_reader.FAILED, body.encode())).head()
+    assert "not one of its frames" in e.value.message
 
 
 def test_a_failure_keeps_its_kind_and_hint() -> None:
