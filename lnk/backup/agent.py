@@ -102,7 +102,7 @@ def backup_agent(
     chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
     try:
-        with SnapshotWriter(repo) as w:
+        with SnapshotWriter(repo, agent.runtime / f"backup-index-{repo.id}") as w:
             files = FilesBackup(w, agent, (cache, chunks), entries, snap_dir, layout, progress)
             files.run()
             report.entries, report.files, report.bytes = files.entries, files.files, files.bytes

@@ -55,9 +55,17 @@ class _Segment:
 
     __slots__ = ("count", "fanout", "heads", "records")
 
-    def __init__(self, records: bytearray) -> None:
+    def __init__(
+        self,
+        records: bytearray,
+        fanout: array[int] | None = None,
+        heads: array[int] | None = None,
+    ) -> None:
         self.records = records
         self.count = len(records) // WIDTH
+        if fanout is not None and heads is not None:  # kept from an earlier build
+            self.fanout, self.heads = fanout, heads
+            return
         self.fanout = array("Q", bytes(8 * (FANOUT + 1)))
         for at in range(0, len(records), WIDTH):
             self.fanout[((records[at] << 8) | records[at + 1]) + 1] += 1
@@ -121,12 +129,14 @@ class _Names:
 
 
 class IndexBuilder:
-    """Collects records in any order; :meth:`build` sorts them into a :class:`BlobIndex`."""
+    """Collects records in any order; :meth:`build` sorts them into a :class:`BlobIndex`.
+    Built to be merged into ``onto`` (:meth:`BlobIndex.merged`), it numbers packs and
+    kinds as that one does."""
 
-    def __init__(self) -> None:
+    def __init__(self, onto: BlobIndex | None = None) -> None:
         self._groups = [bytearray() for _ in range(256)]
-        self.packs = _Names(2**32 - 1)
-        self.kinds = _Names(256)
+        self.packs = _Names(2**32 - 1) if onto is None else onto._packs
+        self.kinds = _Names(256) if onto is None else onto._kinds
 
     def add_pack(
         self, pack: str, blobs: Iterable[tuple[bytes, str, int, int]], damaged: bool
@@ -154,6 +164,18 @@ class IndexBuilder:
         return BlobIndex(_Segment(out), self.packs, self.kinds)
 
 
+@dataclass(frozen=True, slots=True)
+class IndexParts:
+    """A built index as arrays: its sorted records, fan-out and heads, and the names
+    its records number (packs, kinds)."""
+
+    records: bytearray
+    fanout: array[int]
+    heads: array[int]
+    packs: list[str]
+    kinds: list[str]
+
+
 class BlobIndex(Mapping[bytes, BlobRef]):
     """blob ID -> :class:`BlobRef`, compact; what is set later is kept compact too."""
 
@@ -169,6 +191,46 @@ class BlobIndex(Mapping[bytes, BlobRef]):
         self._packs = packs or _Names(2**32 - 1)
         self._kinds = kinds or _Names(256)
         self._added: dict[bytes, BlobRef] = {}
+
+    @classmethod
+    def from_parts(cls, parts: IndexParts) -> BlobIndex:
+        """The index :meth:`parts` gave (kept in a file between runs)."""
+        if len(parts.records) % WIDTH or len(parts.heads) * WIDTH != len(parts.records):
+            raise ValueError("a blob index's records and heads disagree")
+        if len(parts.fanout) != FANOUT + 1 or parts.fanout[FANOUT] != len(parts.heads):
+            raise ValueError("a blob index's fan-out disagrees with its records")
+        packs, kinds = _Names(2**32 - 1), _Names(256)
+        for name in parts.packs:
+            packs.number(name)
+        for name in parts.kinds:
+            kinds.number(name)
+        seg = _Segment(parts.records, parts.fanout, parts.heads) if parts.heads else None
+        return cls(seg, packs, kinds)
+
+    def parts(self) -> IndexParts:
+        """What :meth:`from_parts` makes this index from again: one segment, nothing set
+        since (an index as :meth:`IndexBuilder.build` or :meth:`merged` gave it)."""
+        if len(self._segments) > 1 or self._added:
+            raise ValueError("only a built index is kept whole")
+        if not self._segments:
+            empty = array("Q", bytes(8 * (FANOUT + 1)))
+            return IndexParts(bytearray(), empty, array("Q"), self._packs.names, self._kinds.names)
+        seg = self._segments[0]
+        return IndexParts(seg.records, seg.fanout, seg.heads, self._packs.names, self._kinds.names)
+
+    def merged(self, newer: BlobIndex) -> BlobIndex:
+        """One index of this one and ``newer`` (built by ``IndexBuilder(onto=self)``);
+        where both hold a blob, ``newer``'s record."""
+        if newer._packs is not self._packs or newer._kinds is not self._kinds:
+            raise ValueError("an index merged into another must be built onto it")
+        ours = self.parts()
+        theirs = newer.parts()
+        if not theirs.heads:
+            return self
+        if not ours.heads:
+            return newer
+        seg = _merge(self._segments[0], newer._segments[0])
+        return BlobIndex(seg, self._packs, self._kinds)
 
     @property
     def compact_count(self) -> int:
@@ -213,6 +275,40 @@ class BlobIndex(Mapping[bytes, BlobRef]):
             return ref
         found = self._find(blob_id)
         return default if found is None else self._ref(*found)
+
+    def packs_of(self, ids: bytes | bytearray) -> tuple[set[str], list[bytes]]:
+        """The packs holding the blobs ``ids`` (32-byte IDs end to end) and the IDs held
+        nowhere: :meth:`get`'s answer for many blobs at once, without a :class:`BlobRef`
+        each (an unchanged backup asks it for every blob of every folder it keeps)."""
+        names: set[str] = set()
+        numbers: set[int] = set()
+        missing: list[bytes] = []
+        added = self._added
+        newest_first = self._segments[::-1]
+        from_bytes = int.from_bytes
+        for at in range(0, len(ids), ID_LEN):
+            blob_id = bytes(ids[at : at + ID_LEN])
+            if len(blob_id) != ID_LEN:
+                missing.append(blob_id)
+                continue
+            if added:
+                ref = added.get(blob_id)
+                if ref is not None:
+                    names.add(ref.pack)
+                    continue
+            bucket = (blob_id[0] << 8) | blob_id[1]
+            head = from_bytes(blob_id[:8], "big")
+            for seg in newest_first:
+                rec = seg.find(blob_id, bucket, head)
+                if rec >= 0:
+                    rec += ID_LEN + 1  # the pack's number, after the damaged flag
+                    numbers.add(from_bytes(seg.records[rec : rec + 4], "big"))
+                    break
+            else:
+                missing.append(blob_id)
+        table = self._packs.names
+        names.update(table[n] for n in numbers)
+        return names, missing
 
     def __setitem__(self, blob_id: bytes, ref: BlobRef) -> None:
         """A blob stored by this run, or a copy found to read instead."""

@@ -21,11 +21,12 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import zstandard
 
-from lnk.backup import crypto, sealer
+from lnk.backup import crypto, indexcache, sealer
 from lnk.backup.blobindex import BlobIndex, BlobRef
 from lnk.backup.pack import PACK_MAGIC, new_name, pack_key, run_info, seal_blob
 from lnk.backup.repository import Repository
@@ -65,7 +66,13 @@ class Packer:
     ``on_wait`` is called each time the packer has waited for an upload (the run
     keeps its in-progress marker fresh there)."""
 
-    def __init__(self, repo: Repository, run_id: bytes, on_wait: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        repo: Repository,
+        run_id: bytes,
+        on_wait: Callable[[], None],
+        index_kept: Path | None = None,
+    ) -> None:
         self.repo = repo
         self.bucket = repo.bucket
         self.run_id = run_id
@@ -78,7 +85,12 @@ class Packer:
         self._known: BlobIndex | None = None
         self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
         # loaded while the caller starts walking (its first use waits for it)
-        self._known_f = self._uploader.submit(repo.load_index, skip_damaged=True, missing_ok=True)
+        if index_kept is None:
+            self._known_f = self._uploader.submit(
+                repo.load_index, skip_damaged=True, missing_ok=True
+            )
+        else:
+            self._known_f = self._uploader.submit(indexcache.load_index, repo, index_kept)
         self._pending: dict[bytes, tuple[str, int, int]] = {}  # id -> kind, offset, length
         self._parts: list[bytes] = []  # the sealed blobs of the pack being filled
         self._filled = 0

@@ -288,14 +288,7 @@ class Repository:
             bad = pack in damaged
             if bad and skip_damaged:
                 continue
-            found.add_pack(
-                pack,
-                (
-                    (bytes.fromhex(b), kind, offset, length)
-                    for b, kind, offset, length in doc["blobs"]
-                ),
-                bad,
-            )
+            add_index_doc(found, pack, doc, bad)
         return found.build()
 
     def blob_copies(self) -> dict[bytes, list[BlobRef]]:
@@ -336,6 +329,15 @@ class Repository:
         with ThreadPoolExecutor(FETCHERS, "lnk-backup-snap") as pool:
             out = list(pool.map(self.snapshot, names))
         return sorted(out, key=lambda s: (s.time, s.id))
+
+
+def add_index_doc(found: IndexBuilder, pack: str, doc: dict[str, Any], damaged: bool) -> None:
+    """Every blob of ``pack``'s index document into ``found``."""
+    found.add_pack(
+        pack,
+        ((bytes.fromhex(b), kind, offset, length) for b, kind, offset, length in doc["blobs"]),
+        damaged,
+    )
 
 
 def _master_info(repo_id: str) -> bytes:

@@ -27,6 +27,7 @@ import time as _time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO, Any
 
 from lnk.backup.blobindex import BlobIndex
@@ -45,7 +46,9 @@ LIST_MASK = 0x3FF  # ... then after a line whose CRC-32 has these bits zero (1 i
 class SnapshotWriter:
     """One backup run.  Use as a context manager, or call :meth:`abort`."""
 
-    def __init__(self, repo: Repository) -> None:
+    def __init__(self, repo: Repository, index_kept: Path | None = None) -> None:
+        """``index_kept``: where this machine keeps the repository's blob index between
+        runs (:mod:`lnk.backup.indexcache`); None fetches every index."""
         self.repo = repo
         self.bucket = repo.bucket
         _ = repo.master  # a writer needs the writer secret
@@ -53,7 +56,7 @@ class SnapshotWriter:
         self.run_id = os.urandom(16)
         self.lock_key = f"locks/{self.run_id.hex()}"
         self._touch_lock()
-        self._packs = Packer(repo, self.run_id, self._keep_lock)
+        self._packs = Packer(repo, self.run_id, self._keep_lock, index_kept)
         self._tree = tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024)  # noqa: SIM115
         self.files = 0
         self.bytes = 0
@@ -146,15 +149,9 @@ class SnapshotWriter:
         """The packs holding the blobs ``ids`` (32-byte IDs, end to end); None when one
         of them is neither stored nor on its way in this run (whose own packs count
         anyway)."""
-        known = self.known
-        packs: set[str] = set()
-        for at in range(0, len(ids), 32):
-            i = ids[at : at + 32]
-            ref = known.get(i)
-            if ref is not None:
-                packs.add(ref.pack)
-            elif not self._packs.on_its_way(i):
-                return None
+        packs, missing = self.known.packs_of(ids)
+        if any(not self._packs.on_its_way(i) for i in missing):
+            return None
         return packs
 
     def add_lines(self, lines: bytes, packs: set[str], files: int, size: int) -> None:

@@ -15,6 +15,7 @@ class CountingBucket(Bucket):
         self.url = inner.url
         self.puts: list[str] = []
         self.put_bytes = 0
+        self.gets: list[str] = []
 
     def put(self, key: str, data: bytes) -> None:
         self.puts.append(key)
@@ -22,6 +23,7 @@ class CountingBucket(Bucket):
         self.inner.put(key, data)
 
     def get(self, key: str) -> bytes:
+        self.gets.append(key)
         return self.inner.get(key)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:

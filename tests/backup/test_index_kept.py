@@ -1,0 +1,136 @@
+"""The blob index a backup keeps on this machine: read whole when the repository's
+packs are the same, only new packs' indexes fetched when it grew, built again when
+it lost one (a prune, a damaged pack), and never believed when damaged on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from backup_helpers import CountingBucket
+
+from lnk.backup import Repository, SnapshotWriter, indexcache, prune
+from lnk.backup.blobindex import BlobIndex, IndexBuilder
+from lnk.backup.pack import pack_key
+from lnk.formats.keys import ReceiverKey
+
+
+def _index(n: int, packs: int = 3) -> BlobIndex:
+    b = IndexBuilder()
+    for p in range(packs):
+        blobs = [
+            (hashlib.sha256(f"{p}/{i}".encode()).digest(), "tree" if i % 7 else "data", i, 9)
+            for i in range(n)
+        ]
+        b.add_pack(f"pack-{p}", blobs, False)
+    return b.build()
+
+
+def test_a_kept_index_reads_back_as_it_was(tmp_path: Path) -> None:
+    index = _index(500)
+    path = tmp_path / "kept"
+    indexcache.save(path, "ab" * 16, index, frozenset({"pack-0", "pack-1", "pack-2", "x"}))
+    kept = indexcache.load(path, "ab" * 16)
+    assert kept is not None
+    assert kept.loaded == {"pack-0", "pack-1", "pack-2", "x"}
+    assert dict(kept.index.items()) == dict(index.items()) and len(kept.index) == 1500
+    probe = hashlib.sha256(b"2/499").digest()
+    assert kept.index.packs_of(probe + b"\0" * 32) == ({"pack-2"}, [b"\0" * 32])
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert indexcache.load(path, "cd" * 16) is None  # another repository's
+
+
+@pytest.mark.parametrize("where", ["magic", "header", "record", "heads", "fanout", "digest"])
+def test_a_kept_index_damaged_on_disk_is_not_believed(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "kept"
+    indexcache.save(path, "ab" * 16, _index(200), frozenset({"pack-0"}))
+    raw = bytearray(path.read_bytes())
+    header_end = 12 + int.from_bytes(raw[8:12], "big")
+    records_end = header_end + 600 * 54
+    at = {
+        "magic": 2,
+        "header": 20,
+        "record": header_end + 54 * 300 + 40,
+        "heads": records_end + 8 * 17,
+        "fanout": len(raw) - 32 - 8 * 100,
+        "digest": len(raw) - 1,
+    }[where]
+    raw[at] ^= 0x01
+    path.write_bytes(bytes(raw))
+    assert indexcache.load(path, "ab" * 16) is None
+
+
+def test_a_short_or_long_kept_index_is_not_believed(tmp_path: Path) -> None:
+    path = tmp_path / "kept"
+    indexcache.save(path, "ab" * 16, _index(50), frozenset())
+    raw = path.read_bytes()
+    for bad in (raw[:-1], raw + b"\0", raw[:100], b""):
+        path.write_bytes(bad)
+        assert indexcache.load(path, "ab" * 16) is None
+    assert indexcache.load(tmp_path / "none", "ab" * 16) is None
+
+
+def _backup(repo: Repository, name: str, kept: Path) -> None:
+    with SnapshotWriter(repo, kept) as w:
+        for i in range(3):
+            w.add_file(f"{name}/{i}", 0o644, io.BytesIO(os.urandom(2000) + name.encode()))
+        w.commit({"name": name})
+
+
+def _index_gets(bucket: CountingBucket) -> int:
+    n = sum(1 for k in bucket.gets if k.startswith("index/"))
+    bucket.gets.clear()
+    return n
+
+
+def test_only_new_packs_indexes_are_fetched(
+    bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path
+) -> None:
+    repo = Repository.init(bucket, owner.public)
+    kept = tmp_path / "agent" / "backup-index"
+    _backup(repo, "one", kept)
+    _backup(repo, "two", kept)  # one's pack fetched, then kept
+    fresh = repo.load_index(skip_damaged=True)
+    bucket.gets.clear()
+
+    same = indexcache.load_index(repo, kept)
+    assert dict(same.items()) == dict(fresh.items())
+    assert _index_gets(bucket) == 1  # two's pack: kept now
+    again = indexcache.load_index(repo, kept)
+    assert dict(again.items()) == dict(fresh.items())
+    assert _index_gets(bucket) == 0  # nothing new: the kept file is the index
+
+    packs_before = len(list(bucket.list("index/")))
+    _backup(repo, "three", kept)
+    new = len(list(bucket.list("index/"))) - packs_before
+    bucket.gets.clear()
+    grown = indexcache.load_index(repo, kept)
+    assert new >= 1 and _index_gets(bucket) == new
+    assert dict(grown.items()) == dict(repo.load_index(skip_damaged=True).items())
+
+
+def test_a_pack_gone_or_damaged_builds_the_index_again(
+    bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path
+) -> None:
+    repo = Repository.init(bucket, owner.public)
+    kept = tmp_path / "backup-index"
+    for name in ("one", "two", "three"):
+        _backup(repo, name, kept)
+    indexcache.load_index(repo, kept)
+    [bad, *rest] = sorted(k.split("/", 1)[1] for k, _ in bucket.list("index/"))
+    repo.mark_damaged(bad, "test")
+    bucket.gets.clear()
+    healed = indexcache.load_index(repo, kept)
+    assert _index_gets(bucket) == len(rest)  # built from every live index again
+    assert {r.pack for r in healed.values()} == set(rest)
+    assert dict(healed.items()) == dict(repo.load_index(skip_damaged=True).items())
+
+    prune(repo, {"last": 1}, min_age=timedelta(0))
+    after = indexcache.load_index(repo, kept)
+    assert dict(after.items()) == dict(repo.load_index(skip_damaged=True).items())
+    assert 0 < len(after) < len(healed)  # the packs of the snapshots pruned are gone
+    assert all(bucket.exists(pack_key(p)) for p in {r.pack for r in after.values()})
