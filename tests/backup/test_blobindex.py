@@ -116,3 +116,25 @@ def test_what_is_set_later_reads_as_a_dict_would(
 def test_a_wrong_id_is_refused_when_set() -> None:
     with pytest.raises(ValueError, match="5 bytes"):
         BlobIndex()[b"short"] = BlobRef("p", 0, 1, "data")
+
+
+@settings(max_examples=100, deadline=None)
+@given(packs, st.lists(ids, max_size=10), st.lists(st.tuples(ids, st.integers(0, 3)), max_size=5))
+def test_packs_of_answers_as_get_does(
+    packs: list[tuple[list[tuple[bytes, str, int, int]], bool]],
+    others: list[bytes],
+    later: list[tuple[bytes, int]],
+) -> None:
+    """Many blobs at once: the packs of those held (what :meth:`get` names), the rest
+    missing, in order; a short tail is missing too."""
+    b = IndexBuilder()
+    for n, (blobs, bad) in enumerate(packs):
+        b.add_pack(f"pack-{n}", blobs, bad)
+    index = b.build()
+    for blob_id, n in later:  # set after the build: the newest word
+        index[blob_id] = BlobRef(f"run-{n}", 0, 1, "data")
+    asked = [i for blobs, _ in packs for i, *_ in blobs] + others + [i for i, _ in later]
+    got, missing = index.packs_of(b"".join(asked) + b"tail")
+    held = [index.get(i) for i in asked]
+    assert got == {r.pack for r in held if r is not None}
+    assert missing == [i for i, r in zip(asked, held, strict=True) if r is None] + [b"tail"]
