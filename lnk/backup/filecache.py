@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import zstandard
 
-from lnk.payload.cachedb import CacheDB
+from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
 
 
 class ChunkCache(CacheDB):
@@ -47,6 +48,10 @@ class ChunkCache(CacheDB):
             ),
         )
         self.repo = repo_id
+        # file rows written in batches (one statement per batch, not per file), and
+        # found here until then; a repository with no file rows yet is not asked per file
+        self._files: dict[str, tuple[str, str, int, int, int, int, str, str]] = {}
+        self._none_held: bool | None = None
 
     @staticmethod
     def key(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -54,20 +59,50 @@ class ChunkCache(CacheDB):
 
     def file(self, rel: str, st: os.stat_result) -> tuple[str, list[str]] | None:
         """(sha256, chunk IDs) of ``rel`` if it was stored with exactly this stat."""
-        row = self.row(
-            "SELECT size, mtime, ctime, ino, sha, chunks FROM f WHERE repo=? AND path=?",
-            (self.repo, rel),
-        )
+        pending = self._files.get(rel)
+        if pending is not None:
+            row: Any = pending[2:]
+        elif self._holds_none():
+            return None  # a first backup here: nothing to look up
+        else:
+            row = self.row(
+                "SELECT size, mtime, ctime, ino, sha, chunks FROM f WHERE repo=? AND path=?",
+                (self.repo, rel),
+            )
         if row is None or tuple(row[:4]) != self.key(st):
             return None
         ids = _ids(row[5])
         return (str(row[4]), ids) if ids or st.st_size == 0 else None
 
+    def _holds_none(self) -> bool:
+        """Whether this repository had no file rows when first asked (asked once)."""
+        if self._none_held is None:
+            self._none_held = self.row("SELECT 1 FROM f WHERE repo=? LIMIT 1", (self.repo,)) is None
+        return self._none_held
+
     def store_file(self, rel: str, st: os.stat_result, sha: str, chunks: list[str]) -> None:
-        self.write(
-            "INSERT OR REPLACE INTO f VALUES (?,?,?,?,?,?,?,?)",
-            (self.repo, rel, *self.key(st), sha, json.dumps(chunks)),
-        )
+        if self.db is None or self.readonly:
+            return
+        # chunk IDs are hex (the writer's own): a JSON list without the encoder
+        text = '["' + '","'.join(chunks) + '"]' if chunks else "[]"
+        self._files[rel] = (self.repo, rel, *self.key(st), sha, text)
+        if len(self._files) >= COMMIT_EVERY:
+            self._flush_files()
+
+    def _flush_files(self) -> None:
+        rows, self._files = list(self._files.values()), {}
+        if not rows or self.db is None:
+            return
+        try:
+            self.db.executemany("INSERT OR REPLACE INTO f VALUES (?,?,?,?,?,?,?,?)", rows)
+        except sqlite3.OperationalError:  # locked by another writer: these are dropped
+            self.drop()
+        else:
+            self.commit()
+
+    def close(self) -> None:
+        self._flush_files()
+        super().close()
 
     def collection(self, coll: str, mark: str) -> tuple[int, int, list[str]] | None:
         """(size, records, chunk IDs) of the collection's export at watermark ``mark``."""

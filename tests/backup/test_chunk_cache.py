@@ -16,6 +16,7 @@ from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.filecache import ChunkCache
+from lnk.payload.cachedb import COMMIT_EVERY
 
 
 def _bucket(tmp_path: Path) -> str:
@@ -96,4 +97,28 @@ def test_cache_keys_on_the_stat_and_the_repository(tmp_path: Path) -> None:
     f.write_bytes(b"y" * 10)
     again = ChunkCache(tmp_path / "c.sqlite", "repo1")
     assert again.file("Home/f", os.stat(f)) is None
+    again.close()
+
+
+def test_file_rows_written_in_batches_are_found_before_and_after(tmp_path: Path) -> None:
+    """Rows wait to be written a batch at a time: found meanwhile, written by the batch
+    or by close, and a cache that held no row for the repository when first asked
+    still finds the rows stored since."""
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 10)
+    st = os.stat(f)
+    c = ChunkCache(tmp_path / "c.sqlite", "repo1")
+    assert c.file("Home/a", st) is None  # nothing held: not asked again per file
+    c.store_file("Home/a", st, "sha-a", ["aa", "ab"])
+    c.store_file("Home/empty", st, "sha-e", [])
+    assert c.file("Home/a", st) == ("sha-a", ["aa", "ab"])  # before any batch
+    for i in range(COMMIT_EVERY):  # one batch written
+        c.store_file(f"Home/many/{i}", st, f"sha-{i}", ["cc"])
+    c.store_file("Home/last", st, "sha-l", ["dd"])
+    c.close()  # and the rest
+    again = ChunkCache(tmp_path / "c.sqlite", "repo1")
+    assert again.file("Home/a", st) == ("sha-a", ["aa", "ab"])
+    assert again.file(f"Home/many/{COMMIT_EVERY - 1}", st) == (f"sha-{COMMIT_EVERY - 1}", ["cc"])
+    assert again.file("Home/last", st) == ("sha-l", ["dd"])
+    assert again.file("Home/empty", st) is None  # no chunks, not empty: no word
     again.close()
