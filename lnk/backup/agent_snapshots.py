@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from lnk.backup.reader import Entry, SnapshotReader
+from lnk.backup.reader import AGENT_FILE_LINE, Entry, SnapshotReader
 from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.errors import BackupError, NotFound
 from lnk.payload import manifest as M
@@ -87,7 +87,7 @@ def read_parts(reader: SnapshotReader) -> SnapshotParts:
     colls: list[Entry] = []
     others: list[str] = []
     have_entries = False
-    for e in reader.entries():
+    for e in reader.entries(skip=AGENT_FILE_LINE):  # the files: read (and checked) later
         if e.kind == "blob" and e.path == HEAD:
             head = _json_obj(b"".join(reader.open(e)), "manifest")
         elif e.kind == "blob" and e.path == SUMMARY:

@@ -35,6 +35,9 @@ SPAN_MAX = 2 << 20  # one ranged read: nearby blobs of one pack, at most this ma
 SPAN_BLOBS = READ_AHEAD // 4  # ... and this many blobs of the read-ahead (so the reads
 # of its last quarter are under way while its first three are written)
 SPAN_GAP = 256 << 10  # a blob this close after a span's end joins it (the gap is read too)
+# how the writer starts the tree line of a file under agent/ (SnapshotWriter._file_entry):
+# a reader looking for the snapshot's other entries passes over these unparsed
+AGENT_FILE_LINE = b'{"t":"f","path":"agent/'
 SPANS_KEPT = 2  # spans a reader outside the read-ahead keeps (a tree's and a file's)
 HEAD_READ = 2048  # a read of a pack's header: magic, run ID and the sealed data key (about
 # 1,170 bytes with the hybrid KEM), so one read
@@ -214,15 +217,18 @@ class SnapshotReader:
 
     # ---- entries ------------------------------------------------------------
 
-    def entries(self) -> Iterator[Entry]:
-        """Every entry, in the order it was added."""
+    def entries(self, skip: bytes = b"") -> Iterator[Entry]:
+        """Every entry, in the order it was added; lines that start with ``skip`` (a
+        form the writer gives entries the caller has no use for, e.g.
+        :data:`AGENT_FILE_LINE`) are passed over unparsed."""
         carry = b""
         for blob_hex in self.info.tree:
             carry += self.chunk(blob_hex, "tree")
             *lines, carry = carry.split(b"\n")
             for line in lines:
-                yield _entry(line)
-        if carry.strip():
+                if not skip or not line.startswith(skip):
+                    yield _entry(line)
+        if carry.strip() and (not skip or not carry.startswith(skip)):
             yield _entry(carry)
 
     def open(self, entry: Entry) -> Iterator[bytes]:

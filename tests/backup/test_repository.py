@@ -12,6 +12,7 @@ import pytest
 from backup_helpers import CountingBucket
 
 from lnk.backup import Repository, SnapshotReader, SnapshotWriter, prune, verify
+from lnk.backup.reader import AGENT_FILE_LINE
 from lnk.errors import AlreadyExists, BackupError, InvalidInput, Refused
 from lnk.formats.keys import ReceiverKey
 
@@ -302,3 +303,22 @@ def test_a_list_is_cut_where_its_lines_say_so_a_change_moves_no_later_cut() -> N
     # no line end in time: cut at the most, still whole
     long = b"x" * (3 * MiB) + b"\n"
     assert [len(p) for p in line_cuts(io.BytesIO(long), MiB)] == [MiB, MiB, MiB, 1]
+
+
+def test_the_line_of_an_agent_file_is_known_to_readers_that_skip_it(
+    bucket: CountingBucket, owner: ReceiverKey
+) -> None:
+    """A restore's first pass skips the agent's files by the writer's form of their line
+    (read_parts): that form is the writer's, and only those lines are skipped."""
+    repo = Repository.init(bucket, owner.public)
+    with SnapshotWriter(repo) as w:
+        w.add_bytes("agent/Home/a.txt", 0o644, b"a")
+        assert w.last_line.startswith(AGENT_FILE_LINE)
+        w.add_bytes("agentish/b", 0o644, b"b")
+        assert not w.last_line.startswith(AGENT_FILE_LINE)
+        w.add_blob("agent/blob", b"c")
+        assert not w.last_line.startswith(AGENT_FILE_LINE)
+        snap = w.commit({"agent": "ada"})
+    reader = SnapshotReader(Repository.open(bucket, receiver_key=owner), snap)
+    assert [e.path for e in reader.entries()] == ["agent/Home/a.txt", "agentish/b", "agent/blob"]
+    assert [e.path for e in reader.entries(skip=AGENT_FILE_LINE)] == ["agentish/b", "agent/blob"]
