@@ -204,6 +204,8 @@ class BlobIndex(Mapping[bytes, BlobRef]):
             packs.number(name)
         for name in parts.kinds:
             kinds.number(name)
+        if len(packs.names) != len(parts.packs) or len(kinds.names) != len(parts.kinds):
+            raise ValueError("a blob index names a pack or a kind twice")
         seg = _Segment(parts.records, parts.fanout, parts.heads) if parts.heads else None
         return cls(seg, packs, kinds)
 

@@ -96,6 +96,9 @@ def _read(f: io.BufferedReader, repo_id: str) -> Kept | None:
     if head["repo"] != repo_id or head["byteorder"] != sys.byteorder:
         return None
     count = int(head["count"])
+    size = len(start) + n + count * (WIDTH + 8) + 8 * (FANOUT + 1) + h.digest_size
+    if count < 0 or os.fstat(f.fileno()).st_size != size:
+        return None  # before anything is allocated for it
     records = bytearray(count * WIDTH)
     if f.readinto(records) != len(records):
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -72,6 +73,30 @@ def test_a_short_or_long_kept_index_is_not_believed(tmp_path: Path) -> None:
         path.write_bytes(bad)
         assert indexcache.load(path, "ab" * 16) is None
     assert indexcache.load(tmp_path / "none", "ab" * 16) is None
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"count": 10**12},  # a size the file is not: nothing allocated for it
+        {"count": -1},
+        {"packs": ["pack-0", "pack-0"]},  # the records' numbers would name others
+        {"repo": 7},
+        {"loaded": "pack-0"},
+    ],
+)
+def test_a_kept_index_with_a_header_that_lies_is_not_believed(
+    tmp_path: Path, head: dict[str, object]
+) -> None:
+    path = tmp_path / "kept"
+    indexcache.save(path, "ab" * 16, _index(20), frozenset({"pack-0"}))
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[8:12], "big")
+    doc = json.loads(raw[12 : 12 + n]) | head
+    new = json.dumps(doc).encode()
+    body = raw[:8] + len(new).to_bytes(4, "big") + new + raw[12 + n : -32]
+    path.write_bytes(body + hashlib.sha256(body).digest())  # its digest made to match
+    assert indexcache.load(path, "ab" * 16) is None
 
 
 def _backup(repo: Repository, name: str, kept: Path) -> None:
