@@ -85,7 +85,16 @@ def _settle(world: World, place: str, telegram: BotApiServer, people: People) ->
         left = [t for t in texts if f"you said: {t} (" not in got]
         return not (set(left) - unknown()) and telegram.pending(TOKEN) == []
 
-    wait_for("every message answered where the agent is", done, bound=240)
+    try:  # within the test's own timeout (300 s), so a failure says what was left
+        wait_for("every message answered where the agent is", done, bound=150)
+    except AssertionError:
+        got = "\n".join(sent_texts(telegram))
+        left = sorted({t for t in texts if f"you said: {t} (" not in got} - unknown())
+        raise AssertionError(
+            f"never answered where the agent is ({place}): {len(left)} messages, e.g. "
+            f"{left[:5]}; {len(telegram.pending(TOKEN))} updates never fetched; outbox by "
+            f"state: {rows('telegram/ledger.sqlite', 'SELECT state, count(*) FROM outbox GROUP BY state')}"
+        ) from None
     lost = unknown()
     figures = answered_once(telegram, texts, lost)
     slots = rows(
