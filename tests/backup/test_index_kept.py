@@ -13,11 +13,15 @@ from pathlib import Path
 
 import pytest
 from backup_helpers import CountingBucket
+from bk_helpers import sample_agent
 
+from lnk.agents.layout import Machine
 from lnk.backup import Repository, SnapshotWriter, indexcache, prune
+from lnk.backup.agent import backup_agent
 from lnk.backup.blobindex import BlobIndex, IndexBuilder
 from lnk.backup.pack import pack_key
 from lnk.formats.keys import ReceiverKey
+from lnk.transport.buckets import open_bucket
 
 
 def _index(n: int, packs: int = 3) -> BlobIndex:
@@ -161,3 +165,25 @@ def test_a_pack_gone_or_damaged_builds_the_index_again(
     assert dict(after.items()) == dict(repo.load_index(skip_damaged=True).items())
     assert 0 < len(after) < len(healed)  # the packs of the snapshots pruned are gone
     assert all(bucket.exists(pack_key(p)) for p in {r.pack for r in after.values()})
+
+
+def test_an_agents_backups_keep_the_index_and_fetch_only_what_is_new(
+    src: Machine, tmp_path: Path
+) -> None:
+    """End to end: the kept index is the agent's (in its runtime folder, by repository),
+    and a backup after one that added nothing fetches no index document."""
+    a = sample_agent(src)
+    root = tmp_path / "bk"
+    root.mkdir()
+    url = f"file://{root}"
+    bucket = CountingBucket(open_bucket(url))
+    backup_agent(src, a, url, bucket=bucket)
+    (a.folders.home / "new.txt").write_bytes(b"new " * 1000)
+    backup_agent(src, a, url, bucket=bucket)  # the first's packs fetched once, then kept
+    bucket.gets.clear()
+    rep = backup_agent(src, a, url, bucket=bucket)  # the second's own packs only
+    assert _index_gets(bucket) >= 1
+    rep = backup_agent(src, a, url, bucket=bucket)
+    assert _index_gets(bucket) == 0 and rep.new_blobs == 0
+    [kept] = a.runtime.glob("backup-index-*")
+    assert kept.name == f"backup-index-{rep.repository}"
