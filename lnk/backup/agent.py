@@ -16,7 +16,7 @@ from typing import Any
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
-from lnk.backup import agent_keys
+from lnk.backup import agent_keys, indexcache
 from lnk.backup.agent_files import FilesBackup, add_collections
 from lnk.backup.agent_repos import LABEL, LAYOUT, label_bucket, open_with_keys
 from lnk.backup.agent_snapshots import ENTRIES, HEAD, SPOOL, SUMMARY
@@ -102,7 +102,7 @@ def backup_agent(
     chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
     try:
-        with SnapshotWriter(repo, agent.runtime / f"backup-index-{repo.id}") as w:
+        with SnapshotWriter(repo, indexcache.kept_path(agent.runtime, repo)) as w:
             files = FilesBackup(w, agent, (cache, chunks), entries, snap_dir, layout, progress)
             files.run()
             report.entries, report.files, report.bytes = files.entries, files.files, files.bytes

@@ -225,12 +225,12 @@ class BlobIndex(Mapping[bytes, BlobRef]):
         where both hold a blob, ``newer``'s record."""
         if newer._packs is not self._packs or newer._kinds is not self._kinds:
             raise ValueError("an index merged into another must be built onto it")
-        ours = self.parts()
-        theirs = newer.parts()
-        if not theirs.heads:
+        if not newer._segments:
             return self
-        if not ours.heads:
+        if not self._segments:
             return newer
+        if len(self._segments) > 1 or len(newer._segments) > 1 or self._added or newer._added:
+            raise ValueError("only built indexes are merged")
         seg = _merge(self._segments[0], newer._segments[0])
         return BlobIndex(seg, self._packs, self._kinds)
 
@@ -286,28 +286,21 @@ class BlobIndex(Mapping[bytes, BlobRef]):
         numbers: set[int] = set()
         missing: list[bytes] = []
         added = self._added
-        newest_first = self._segments[::-1]
         from_bytes = int.from_bytes
         for at in range(0, len(ids), ID_LEN):
             blob_id = bytes(ids[at : at + ID_LEN])
-            if len(blob_id) != ID_LEN:
-                missing.append(blob_id)
-                continue
             if added:
                 ref = added.get(blob_id)
                 if ref is not None:
                     names.add(ref.pack)
                     continue
-            bucket = (blob_id[0] << 8) | blob_id[1]
-            head = from_bytes(blob_id[:8], "big")
-            for seg in newest_first:
-                rec = seg.find(blob_id, bucket, head)
-                if rec >= 0:
-                    rec += ID_LEN + 1  # the pack's number, after the damaged flag
-                    numbers.add(from_bytes(seg.records[rec : rec + 4], "big"))
-                    break
-            else:
+            found = self._find(blob_id)  # None for a short tail too
+            if found is None:
                 missing.append(blob_id)
+                continue
+            seg, rec = found
+            rec += ID_LEN + 1  # the pack's number, after the damaged flag
+            numbers.add(from_bytes(seg.records[rec : rec + 4], "big"))
         table = self._packs.names
         names.update(table[n] for n in numbers)
         return names, missing

@@ -49,18 +49,24 @@ def load_index(repo: Repository, path: Path) -> BlobIndex:
     damaged = repo.damaged_packs()
     live = {n for n in repo.index_names() if n not in damaged}
     kept = load(path, repo.id)
+    if kept is not None and not kept.loaded <= live:
+        kept = None  # a pack it holds is gone or damaged: built from every index again
     if kept is not None and kept.loaded == live:
         return kept.index
-    base = kept if kept is not None and kept.loaded <= live else None
-    todo = sorted(live - base.loaded) if base is not None else sorted(live)
-    found = IndexBuilder(onto=base.index if base is not None else None)
-    loaded = set(live) - set(todo)
-    for pack, doc in repo.iter_indexes(todo, missing_ok=True):
+    loaded = set(kept.loaded) if kept is not None else set()
+    found = IndexBuilder(onto=kept.index if kept is not None else None)
+    for pack, doc in repo.iter_indexes(sorted(live - loaded), missing_ok=True):
         add_index_doc(found, pack, doc, False)
         loaded.add(pack)
-    index = found.build() if base is None else base.index.merged(found.build())
+    index = found.build() if kept is None else kept.index.merged(found.build())
     save(path, repo.id, index, frozenset(loaded))
     return index
+
+
+def kept_path(folder: Path, repo: Repository) -> Path:
+    """Where ``folder`` (an agent's runtime folder) keeps ``repo``'s index: named by the
+    repository's ID in its canonical hex, whatever text the bucket's config gave."""
+    return folder / f"backup-index-{repo.id_bytes.hex()}"
 
 
 @dataclass(frozen=True, slots=True)

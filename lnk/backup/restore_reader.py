@@ -8,8 +8,8 @@ share one core (the GIL); ``ReaderProcess`` runs the reading half in a child
 process receives what it sends.
 
 The child is told on stdin, in one JSON line, the HOME, the bucket's URL, the
-repository's ID (checked again at use) and the snapshot's ID; it loads the owner's private key from that HOME itself (the key
-never crosses the pipe).  It answers on stdout with frames (big-endian)
+repository's ID (checked again at use) and the snapshot's ID; it loads the
+owner's private key from that HOME itself (the key never crosses the pipe).  It answers on stdout with frames (big-endian)
 ``u8 type ‖ u32 n ‖ body(n)``: the records of a stream (HEAD first), then
 ``END``; or, when it fails, ``FAILED`` with ``{"kind", "message", "hint"}``.
 The parent trusts nothing it did not check: a frame longer than ``FRAME_MAX``,

@@ -187,3 +187,15 @@ def test_an_agents_backups_keep_the_index_and_fetch_only_what_is_new(
     assert _index_gets(bucket) == 0 and rep.new_blobs == 0
     [kept] = a.runtime.glob("backup-index-*")
     assert kept.name == f"backup-index-{rep.repository}"
+
+
+def test_the_kept_index_is_named_by_the_repositorys_canonical_id(
+    bucket: CountingBucket, owner: ReceiverKey, tmp_path: Path
+) -> None:
+    """A bucket's config may spell its ID with spaces, capitals or a newline (hex that
+    ``bytes.fromhex`` takes): the file's name is the ID in canonical hex all the same."""
+    repo = Repository.init(bucket, owner.public)
+    canonical = repo.id
+    repo.id = f" {canonical[:8].upper()}\n{canonical[8:]} "
+    repo.id_bytes = bytes.fromhex(repo.id)
+    assert indexcache.kept_path(tmp_path, repo) == tmp_path / f"backup-index-{canonical}"

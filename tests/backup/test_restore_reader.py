@@ -23,7 +23,7 @@ from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.repository import Repository
 from lnk.backup.restore_reader import ReaderProcess
-from lnk.errors import BackupError, Refused, StreamError
+from lnk.errors import BackupError, LnkError, Refused, StreamError
 from lnk.payload import manifest as M
 from lnk.transport.buckets import open_bucket
 from tests.procs import process_runs
@@ -125,6 +125,16 @@ def test_restored_under_a_new_name_through_the_child(
     assert agent_files(b.folders.root) == agent_files(a.folders.root)
 
 
+def _refused(child: ReaderProcess, kind: type[LnkError], text: str) -> None:
+    """The child's first frame is its refusal: ``kind``, saying ``text``; then reaped."""
+    try:
+        with pytest.raises(kind) as e:
+            child.head()
+        assert text in e.value.message
+    finally:
+        child.close()
+
+
 def test_the_child_refusing_is_one_clear_error(
     src: Machine, dst: Machine, local_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,12 +142,7 @@ def test_the_child_refusing_is_one_clear_error(
     _backed_up(src, dst, local_url, monkeypatch)
     snap = restore_agent(dst, "work", local_url).snapshot
     child = ReaderProcess(Machine(dst.home / "nobody"), local_url, _repo_id(local_url), snap)
-    try:
-        with pytest.raises(Refused) as e:
-            child.head()
-        assert "backup key" in e.value.message
-    finally:
-        child.close()
+    _refused(child, Refused, "backup key")
     assert not process_runs(child.pid)
 
 
@@ -149,12 +154,7 @@ def test_the_child_refuses_another_repository_than_the_one_opened(
     _backed_up(src, dst, local_url, monkeypatch)
     snap = restore_agent(dst, "work", local_url).snapshot
     child = ReaderProcess(dst, local_url, "0" * 32, snap)
-    try:
-        with pytest.raises(BackupError) as e:
-            child.head()
-        assert "is not the one this restore opened" in e.value.message
-    finally:
-        child.close()
+    _refused(child, BackupError, "is not the one this restore opened")
 
 
 def test_a_killed_reader_leaves_nothing_applied(
