@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -31,8 +33,8 @@ from lnk.backup.filecache import ChunkCache, DirCache, DirRow
 from lnk.collections.ids import FORMAT_VERSION
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
-from lnk.payload.digests import keeper
-from lnk.payload.hashcache import HashCache
+from lnk.payload.digests import FolderPrint, keeper
+from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.walk import (
     DIGEST_TAG,
     WalkedFile,
@@ -57,6 +59,7 @@ class _Dir:
         "bytes",
         "entries",
         "files",
+        "fp",
         "h",
         "ids",
         "items",
@@ -67,7 +70,7 @@ class _Dir:
         "slot",
     )
 
-    def __init__(self, rel: str, mode: int, line: bytes, slot: int) -> None:
+    def __init__(self, rel: str, mode: int, line: bytes, slot: int, fresh: int) -> None:
         self.rel, self.mode = rel, mode
         # its digest as this backup saw it, for a folder the walk could not vouch for
         # (the first backup: no SHA-256 known when it walked); own: still vouched for
@@ -78,6 +81,8 @@ class _Dir:
         self.ok = True
         self.entries, self.files, self.bytes = 1, 0, 0
         self.slot = slot  # its place in its parent's items (-1: a root)
+        # its fingerprint, so the next backup finds its digest with a stat of each entry
+        self.fp = FolderPrint(fresh)
 
 
 class _Row:
@@ -144,10 +149,12 @@ class FilesBackup:
         self.ready: dict[str, _Segment] = {}  # folders accepted whole, not yet written
         self.seen: set[str] = set()  # every folder of this backup (rows kept)
         self.stack: list[_Dir] = []
+        self.fresh = 0  # the walk's start less RACY_NS (digests.FolderPrint)
 
     # ---- the walk -------------------------------------------------------------
     def run(self) -> None:
         by_folder = self.layout == 2  # the older layout (tests only) goes file by file
+        self.fresh = time.time_ns() - RACY_NS
         items = walk_agent(
             self.agent.folders.root,
             self.cache,
@@ -187,12 +194,14 @@ class FilesBackup:
                 slot = len(top.items)
                 top.items.append(b"")  # the subfolder's place, named at its end
             if self.layout == 2:
-                self.stack.append(_Dir(f.rel, f.mode, line, slot))
+                self.stack.append(_Dir(f.rel, f.mode, line, slot, self.fresh))
             return
         if f.kind == "l":  # a symbolic link: its target text, never followed
             line = self._line(M.FileEntry(f.rel, "l", 0o777, target=f.target))
             if top is not None:
-                top.h.update(_utf8(link_line(f.rel.rpartition("/")[2], f.target)))
+                name = f.rel.rpartition("/")[2]
+                top.h.update(_utf8(link_line(name, f.target)))
+                self._printed(top, name, f.st)
                 top.items.append(b"E" + line)
                 top.entries += 1
             return
@@ -214,8 +223,9 @@ class FilesBackup:
         if top is not None:
             if f.sha256 and sha != f.sha256:
                 top.ok = False  # changed since the walk saw it: its digest is not this
+            name = f.rel.rpartition("/")[2]
+            self._printed(top, name, f.st)
             if self.saver.vouched and f.group is None:
-                name = f.rel.rpartition("/")[2]
                 top.h.update(_utf8(file_line(name, f.mode, size, f.mtime_ns, sha)))
             else:
                 top.own = False
@@ -231,14 +241,18 @@ class FilesBackup:
         d = self.stack.pop()
         up = self.stack[-1] if self.stack else None
         digest = f.sha256 or (d.h.hexdigest() if d.own else "")
+        if not d.ok:
+            digest = ""
+        d.fp.remember(self.cache, d.rel, digest, f.skipped)
         if up is not None:
-            if d.ok and digest:
-                name = d.rel.rpartition("/")[2]
+            name = d.rel.rpartition("/")[2]
+            up.fp.subfolder(name, d.mode, digest, d.fp.files)
+            if digest:
                 up.items[d.slot] = b"S" + M.dump([name, digest]) + b"\n"
                 up.h.update(_utf8(dir_line(name, d.mode, digest)))
             else:
                 up.ok = up.own = False
-        if d.ok and digest:
+        if digest:
             body = b"".join(d.items)
             self.dirs.store(d.rel, DirRow(digest, body, bytes(d.ids), d.entries, d.files, d.bytes))
 
@@ -333,6 +347,15 @@ class FilesBackup:
             name = f.rel.rpartition("/")[2]
             top.items.append(b"S" + M.dump([name, f.kept]) + b"\n")
             top.h.update(_utf8(dir_line(name, f.mode, f.kept)))
+            top.fp.subfolder(name, f.mode, f.kept, seg.files)
+
+    @staticmethod
+    def _printed(top: _Dir, name: str, st: os.stat_result | None) -> None:
+        """An entry into its folder's fingerprint, by the lstat the walk saw."""
+        if st is None:
+            top.fp.racy = True  # no stat to vouch by: the folder is not remembered
+        else:
+            top.fp.entry(name, st)
 
 
 def add_collections(w: Any, agent: Agent, chunks: ChunkCache) -> tuple[int, int]:

@@ -20,7 +20,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
@@ -54,6 +54,50 @@ def dir_key(name: str, mode: int, digest: str) -> str:
 
 def fingerprint(keys: list[str]) -> bytes:
     return hashlib.sha256("".join(keys).encode("utf-8", "surrogateescape")).digest()
+
+
+class FolderPrint:
+    """A folder's fingerprint made by a walk that reads its files anyway (a first
+    backup), entry by entry, so the folder's digest is remembered as
+    :func:`tree_digests` would remember it and the next run only stats it.
+
+    ``fresh``: an entry changed at or after it (the walk's start less ``RACY_NS``)
+    makes the folder racy: not remembered.  An entry the walk left out without a word
+    (a SQLite sidecar, a link it could not carry) is missing from the fingerprint:
+    one with it then differs, and one without it has this digest, which does not
+    hold it either."""
+
+    __slots__ = ("files", "fresh", "keys", "racy")
+
+    def __init__(self, fresh: int) -> None:
+        self.fresh = fresh
+        self.keys: list[tuple[str, str]] = []  # (name, its part), the walk's order
+        self.racy = False
+        self.files = 0  # regular files at any depth
+
+    def entry(self, name: str, st: os.stat_result) -> None:
+        """An entry directly in the folder (not a subfolder), by the lstat the walk saw."""
+        self.keys.append((name, entry_key(name, st)))
+        self.files += stat.S_ISREG(st.st_mode)
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= self.fresh:
+            self.racy = True
+
+    def subfolder(self, name: str, mode: int, digest: str, files: int) -> None:
+        self.keys.append((name, dir_key(name, mode, digest)))
+        self.files += files
+
+    def remember(
+        self, cache: HashCache, rel: str, digest: str, skipped: Iterable[tuple[str, os.stat_result]]
+    ) -> None:
+        """Remember ``digest`` as the folder's, if it has one and nothing was racy;
+        ``skipped``: the walk's devices, fifos and sockets in it (in name order with
+        the rest)."""
+        for name, st in skipped:
+            self.entry(name, st)
+            self.files -= stat.S_ISREG(st.st_mode)
+        if digest and not self.racy:
+            keys = sorted(self.keys) if skipped else self.keys
+            cache.store_folder(rel, fingerprint([k for _, k in keys]), digest, self.files)
 
 
 class _Dir:

@@ -43,8 +43,12 @@ class WalkedFile:
     snapshot: bool = False  # source is a private snapshot, not the file itself
     target: str = ""  # a symbolic link's target text (kind "l")
     kept: str = ""  # kind "d": the receiver holds this folder whole, with this digest
-    st: os.stat_result | None = None  # its stat when its SHA-256 was known (walk or read)
+    # its stat when its SHA-256 was known (walk or read); a link's lstat
+    st: os.stat_result | None = None
     read_at: int = 0  # when that read began (time_ns); 0: the hash cache vouched for it
+    # kind "e": the devices, fifos and sockets directly in the folder, by name, with their
+    # lstat (never carried, in no digest; in the folder's fingerprint, digests.py)
+    skipped: tuple[tuple[str, os.stat_result], ...] = ()
 
 
 @dataclass
@@ -79,7 +83,7 @@ def dir_line(name: str, mode: int, digest: str) -> str:
 class _Frame:
     """A folder being walked: its sorted entries, and the digest of those seen so far."""
 
-    __slots__ = ("entries", "h", "it", "mode", "names", "ok", "rel")
+    __slots__ = ("entries", "h", "it", "mode", "names", "ok", "rel", "skipped")
 
     def __init__(self, rel: str, mode: int, path: Path | str, digest: bool) -> None:
         self.rel, self.mode = rel, mode
@@ -88,6 +92,7 @@ class _Frame:
         self.names: set[str] | None = None  # made the first time a sidecar is seen
         self.h = hashlib.sha256(DIGEST_TAG) if digest else None
         self.ok = digest
+        self.skipped: list[tuple[str, os.stat_result]] = []
 
     def line(self, text: str) -> None:
         """One entry of the folder's digest (entries come sorted by name)."""
@@ -244,7 +249,7 @@ def walk_dir(
                         up.line(dir_line(name, fr.mode, digest))
                     else:
                         up.ok = False
-                yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest)
+                yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest, skipped=tuple(fr.skipped))
             continue
         erel = f"{fr.rel}/{e.name}"
         try:
@@ -259,7 +264,7 @@ def walk_dir(
             else:
                 stats.links += 1
                 fr.line(link_line(e.name, target))
-                yield WalkedFile(erel, "l", 0o777, target=target)
+                yield WalkedFile(erel, "l", 0o777, target=target, st=est)
             continue
         if stat.S_ISDIR(est.st_mode):
             stats.folders += 1
@@ -273,6 +278,8 @@ def walk_dir(
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1  # never carried, never deleted: not in a digest
+            if ends:
+                fr.skipped.append((e.name, est))
             continue
         if e.name.endswith(SQLITE_SIDECARS) and any(
             e.name.endswith(s) and fr.has(e.name[: -len(s)]) for s in SQLITE_SIDECARS
