@@ -58,6 +58,11 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     safe: set[str] = set()  # destination folders seen to be folders, not links
     missing: set[str] = set()  # destination folders seen not to be there
     home_s, agent_s, root_home = str(home_dir), str(agent_dir), str(agent_root / "Home")
+    # no Home here (a restore on a new machine): nothing below it to meet, once the
+    # folders above it are seen not to be links
+    home_here = os.path.lexists(root_home)
+    if not home_here:
+        dest_kind(root_home, agent_root, safe, missing)
     for path, kind, mode, size, sha, grp, mtime, placed in stage.iter_entries():
         if kind == "d" and sha:
             continue  # held here whole (checked above)
@@ -66,7 +71,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
             target = f"{home_s}/{rel}" if rel else home_s
             dest = f"{root_home}/{rel}" if rel else root_home
             try:
-                have = dest_kind(dest, agent_root, safe, missing)
+                have = dest_kind(dest, agent_root, safe, missing) if home_here else None
             except Conflict as e:
                 raise Conflict(f"{path}: {e}") from None
             if have is not None and (kind, have) not in _REPLACEABLE:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
@@ -92,6 +93,20 @@ class HashCache(CacheDB):
         self._rows.append((d, name, *row))
         if len(self._rows) >= COMMIT_EVERY:
             self._flush_rows()
+
+    def store_many(self, files: Iterable[tuple[str, os.stat_result, str]]) -> None:
+        """:meth:`store` for many files (a receive remembering all it wrote) at once:
+        rows in batches, none held for lookups (the folders held are forgotten)."""
+        if self.db is None or self.readonly:
+            return
+        self._dirs.clear()
+        rows = self._rows
+        for rel, st, sha in files:
+            d, _, name = rel.rpartition("/")
+            rows.append((d, name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha))
+            if len(rows) >= COMMIT_EVERY:
+                self._flush_rows()
+                rows = self._rows
 
     def folder(self, rel: str) -> tuple[bytes, str, int] | None:
         """(fingerprint, digest, files at any depth) remembered for the folder ``rel``:

@@ -113,8 +113,25 @@ def bad(msg: str) -> StreamError:
     )
 
 
+# the common path, accepted at once: a file root, then names of printable characters
+# that do not begin with a dot, the whole no longer than one name may be; any other
+# path gets every check (and the error naming the first that fails)
+_ROOTS = "|".join(map(re.escape, FILE_ROOTS))
+_PLAIN = re.compile(f"(?:{_ROOTS})(?:/[^\\x00-\\x1f\\x7f/.][^\\x00-\\x1f\\x7f/]*)*")
+
+
 def check_path(p: Any) -> str:
     """A path in the stream: relative, no '..', no NUL, under one of FILE_ROOTS."""
+    if type(p) is str and _PLAIN.fullmatch(p):
+        try:
+            if len(p.encode("utf-8")) <= MAX_NAME_BYTES:
+                return p
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: refused below
+    return _check_path(p)
+
+
+def _check_path(p: Any) -> str:
     if not isinstance(p, str) or not p:
         raise bad("a file entry has no path")
     try:
@@ -143,6 +160,9 @@ def check_path(p: Any) -> str:
 def fold(p: str) -> str:
     """Two paths that fold alike would be one file on a Mac: a stream may not hold both."""
     return unicodedata.normalize("NFC", p).casefold()
+
+
+_FIELDS = frozenset({"p", "t", "m", "s", "h", "g", "d", "mt", "l", "k"})
 
 
 @dataclass(frozen=True)
@@ -174,9 +194,8 @@ class FileEntry:
     def from_json(cls, d: Any) -> FileEntry:
         if not isinstance(d, dict):
             raise bad("a file entry is not an object")
-        unknown = set(d) - {"p", "t", "m", "s", "h", "g", "d", "mt", "l", "k"}
-        if unknown:
-            raise bad(f"a file entry has unknown fields {sorted(unknown)}")
+        if not d.keys() <= _FIELDS:
+            raise bad(f"a file entry has unknown fields {sorted(set(d) - _FIELDS)}")
         path = check_path(d.get("p"))
         kind = d.get("t")
         if kind not in ("f", "d", "l"):

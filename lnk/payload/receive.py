@@ -12,7 +12,7 @@ import errno
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -385,8 +385,8 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: 
     """
     skip = {f"Home/{p}" for p in skipped}
     root = str(agent_root)
-    cache = HashCache(cache_path)
-    try:
+
+    def placed() -> Iterator[tuple[str, os.stat_result, str]]:
         for path, kind, _mode, size, sha, _grp, _mtime, _placed in stage.iter_entries():
             if kind != "f" or path in skip:
                 continue
@@ -395,6 +395,10 @@ def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: 
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_size == size:
-                cache.store(path, st, sha)
+                yield path, st, sha
+
+    cache = HashCache(cache_path)
+    try:
+        cache.store_many(placed())
     finally:
         cache.close()

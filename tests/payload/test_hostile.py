@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,25 @@ def test_nothing_is_written_through_a_symlink_at_the_destination(
         "symbolic link",
     )
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_destination_without_home_whose_agent_folder_is_a_link_is_refused(
+    dest: Dest, tmp_path: Path
+) -> None:
+    """With no Home here nothing below it is looked at one by one (a restore on a new
+    machine): the folders above it are still seen not to be links, before anything."""
+    root = dest.machine.folders("work").root
+    moved = tmp_path / "elsewhere" / "work"
+    shutil.rmtree(root / "Home")
+    root.rename(moved)
+    os.symlink(moved, root)
+    dest.before = machine_tree(dest.machine)
+    dest.refuse(
+        files(dest, [dentry("Home/docs"), fentry("Home/docs/x", b"through")], b"through"),
+        Refused,
+        "symbolic link",
+    )
+    assert not (moved / "Home").exists()
 
 
 def test_a_file_where_the_destination_has_a_symlink_replaces_the_link_not_its_target(
