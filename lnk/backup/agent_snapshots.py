@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from lnk.backup.reader import AGENT_FILE_LINE, Entry, SnapshotReader
+from lnk.backup.reader import AGENT_FILE_LINE, Entry, SnapshotReader, Zstd
 from lnk.backup.repository import Repository, SnapshotInfo
 from lnk.errors import BackupError, NotFound
 from lnk.payload import manifest as M
@@ -133,12 +133,22 @@ def next_data(files: Iterator[Entry], path: str) -> Entry:
     return e
 
 
+DATA_ZSTD = 0xFD
+"""Between a restore's two processes only: a DATA record whose body is still in the zstd
+frame the backup stored it in (``records_layout2(..., compressed=True)``)."""
+
+
 def records_layout2(
-    reader: SnapshotReader, parts: SnapshotParts, progress: Callable[[int], None] | None = None
+    reader: SnapshotReader,
+    parts: SnapshotParts,
+    progress: Callable[[int], None] | None = None,
+    compressed: bool = False,
 ) -> Iterator[tuple[int, bytes]]:
-    """The snapshot as the records of a stream, in stream order."""
+    """The snapshot as the records of a stream, in stream order; with ``compressed``, a
+    data chunk stored compressed comes as a :data:`DATA_ZSTD` record."""
     yield M.HEAD, M.dump(parts.head)
-    files = reader.read_ahead(data_files(reader))  # packs fetched and opened ahead
+    # packs fetched and opened ahead
+    files = reader.read_ahead(data_files(reader), compressed=compressed)
     batch: list[dict[str, Any]] = []
     raw: list[bytes] = []  # the lines as stored: checked here, parsed again by the receiver
 
@@ -154,7 +164,7 @@ def records_layout2(
                 for chunk in got[1]:
                     if progress:
                         progress(len(chunk))
-                    yield M.DATA, chunk
+                    yield (DATA_ZSTD if type(chunk) is Zstd else M.DATA), chunk
 
     try:
         for line in parts.entries:

@@ -85,6 +85,12 @@ class Entry:
     chunks: tuple[str, ...]
 
 
+class Zstd(bytes):
+    """A data chunk still in the zstd frame it was stored in (``read_ahead(...,
+    compressed=True)``): whoever takes it decompresses it, bounded by the size its
+    frame declares (the restore's parent does, so the two processes share the work)."""
+
+
 class SnapshotReader:
     def __init__(
         self, repo: Repository, snapshot_id: str, receiver_key: ReceiverKey | None = None
@@ -200,8 +206,11 @@ class SnapshotReader:
             self._spans.popitem(last=False)
         return self._open_in(data, span, ref, blob_id)
 
-    def _open_in(self, data: bytes, span: _Span, ref: BlobRef, blob_id: bytes) -> bytes:
-        """Open the blob at ``ref`` in the bytes ``data`` of ``span`` (thread-safe)."""
+    def _open_in(
+        self, data: bytes, span: _Span, ref: BlobRef, blob_id: bytes, compressed: bool = False
+    ) -> bytes:
+        """Open the blob at ``ref`` in the bytes ``data`` of ``span`` (thread-safe); with
+        ``compressed``, one stored compressed is left in its frame (a :class:`Zstd`)."""
         ctx = self._pack_aead(ref.pack)
         at = ref.offset - span.start
         sealed = data[at : at + ref.length]
@@ -209,6 +218,8 @@ class SnapshotReader:
             ctx, sealed, blob_aad(self.repo, ref.kind, blob_id), f"a blob of pack {ref.pack}"
         )
         if plain[:1] == b"\x01":
+            if compressed:
+                return Zstd(memoryview(plain)[1:])
             dctx = getattr(self._local, "dctx", None)
             if dctx is None:
                 dctx = self._local.dctx = zstandard.ZstdDecompressor()
@@ -237,14 +248,15 @@ class SnapshotReader:
             yield self.chunk(blob_hex)
 
     def read_ahead(
-        self, entries: Iterator[Entry], window: int = READ_AHEAD
+        self, entries: Iterator[Entry], window: int = READ_AHEAD, compressed: bool = False
     ) -> Generator[tuple[Entry, Iterator[bytes]], None, None]:
         """Each entry with its content, in order, while the next ``window`` chunks (at
         most ``BYTES_AHEAD`` of sealed bytes) are fetched: nearby blobs of one pack as
         one ranged read, ``FETCHERS`` reads at once; blobs are opened on this thread (a
         hand-off per small blob costs more than it saves).  A blob that fails there is
         read again through :meth:`chunk` (which looks for other copies).  Consume each
-        entry's content before asking for the next entry."""
+        entry's content before asking for the next entry.  ``compressed``: chunks stored
+        compressed come as :class:`Zstd` (see :meth:`_open_in`)."""
         pin_mmap_threshold()
         ahead, here = itertools.tee(entries)
         todo = (c for e in ahead for c in e.chunks)
@@ -292,7 +304,8 @@ class SnapshotReader:
             send(span)
             assert span.fut is not None
             try:
-                return self._open_in(span.fut.result(), span, ref, bytes.fromhex(blob_hex))
+                blob_id = bytes.fromhex(blob_hex)
+                return self._open_in(span.fut.result(), span, ref, blob_id, compressed)
             except (BackupError, NotFound):
                 return self.chunk(blob_hex)
 

@@ -12,9 +12,14 @@ repository's ID (checked again at use) and the snapshot's ID; it loads the
 owner's private key from that HOME itself (the key never crosses the pipe).  It answers on stdout with frames (big-endian)
 ``u8 type ‖ u32 n ‖ body(n)``: the records of a stream (HEAD first), then
 ``END``; or, when it fails, ``FAILED`` with ``{"kind", "message", "hint"}``.
+A data chunk the backup stored compressed comes as ``DATA_ZSTD``, still in its
+zstd frame: the parent decompresses it (the zstd work, about a fifth of the
+child's, is shared between the two cores; the pipe carries a third of the bytes).
 The parent trusts nothing it did not check: a frame longer than ``FRAME_MAX``,
-an unknown type or an end before ``END`` stops the restore with nothing applied
-(the records go through the same checks and atomic apply as a received stream).
+an unknown type, a compressed chunk that is not one frame of the size it declares
+(at most ``FRAME_MAX``) or an end before ``END`` stops the restore with nothing
+applied (the records go through the same checks and atomic apply as a received
+stream, the SHA-256 of every file's bytes among them).
 
 The child ends when its stdin closes (the restore ended, or its process was
 killed) and ignores Ctrl-C: the restore decides.
@@ -35,10 +40,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import zstandard
+
 from lnk import errors
 from lnk.agents.layout import Machine
 from lnk.backup import agent_keys
-from lnk.backup.agent_snapshots import read_parts, records_layout2
+from lnk.backup.agent_snapshots import DATA_ZSTD, read_parts, records_layout2
 from lnk.backup.reader import SnapshotReader
 from lnk.backup.repository import Repository
 from lnk.formats.header import read_exact
@@ -89,6 +96,7 @@ class ReaderProcess:
             bufsize=1 << 16,
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._dctx = zstandard.ZstdDecompressor()  # the child's DATA_ZSTD chunks
         self._to: IO[bytes] = self._proc.stdin
         self._from: IO[bytes] = self._proc.stdout
         ask = {"home": str(machine.home), "url": url, "repo": repo_id, "snapshot": snapshot_id}
@@ -122,6 +130,8 @@ class ReaderProcess:
             kind, body = self._frame()
             if kind == END:
                 return
+            if kind == DATA_ZSTD:
+                kind, body = M.DATA, self._unzstd(body)
             if kind == M.DATA and progress:
                 progress(len(body))
             yield kind, body
@@ -132,7 +142,7 @@ class ReaderProcess:
             raise _ended()
         kind, n = _FRAME.unpack(head)
         limit = FAILED_MAX if kind == FAILED else FRAME_MAX
-        if n > limit or (kind not in RECORD_TYPES and kind not in (END, FAILED)):
+        if n > limit or (kind not in RECORD_TYPES and kind not in (END, FAILED, DATA_ZSTD)):
             raise errors.BackupError(
                 "the process reading the backup sent what is not one of its frames; "
                 "nothing was restored",
@@ -144,6 +154,23 @@ class ReaderProcess:
         if kind == FAILED:
             raise _failure(body)
         return kind, body
+
+    def _unzstd(self, frame: bytes) -> bytes:
+        """A chunk the child left in its zstd frame (``DATA_ZSTD``), decompressed here:
+        exactly the size the frame declares, and no more than a frame may carry."""
+        try:
+            size = zstandard.frame_content_size(frame)
+            if 0 <= size <= FRAME_MAX:
+                body = self._dctx.decompress(frame, max_output_size=size, allow_extra_data=False)
+                if len(body) == size:
+                    return body
+        except zstandard.ZstdError:
+            pass
+        raise errors.BackupError(
+            "a chunk of the snapshot is not one zstd frame of the size it declares "
+            f"(at most {FRAME_MAX} bytes); nothing was restored",
+            hint="the snapshot is damaged; pick another (lnk agent backup list)",
+        )
 
     def close(self) -> None:
         """Stop the child (done or not) and reap it."""
@@ -214,7 +241,7 @@ def _records(ask: dict[str, Any]) -> Iterator[tuple[int, bytes]]:
     reader = SnapshotReader(repo, str(ask["snapshot"]))
     parts = read_parts(reader)
     try:
-        yield from records_layout2(reader, parts)
+        yield from records_layout2(reader, parts, compressed=True)
     finally:
         parts.entries.close()
 

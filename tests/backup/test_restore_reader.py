@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zstandard
 from bk_helpers import agent_files, collections_of, give_keys, sample_agent, write
 
 from lnk.agents import registry
@@ -72,13 +73,23 @@ def test_a_big_snapshot_is_read_by_a_second_process(
 ) -> None:
     monkeypatch.setattr(restore_reader, "MIN_FILES", 50)
     started = _children(monkeypatch)
+    opened: list[int] = []  # chunks the child left in their zstd frames, opened here
+    real_unzstd = ReaderProcess._unzstd
+
+    def unzstd(self: ReaderProcess, frame: bytes) -> bytes:
+        opened.append(len(frame))
+        return real_unzstd(self, frame)
+
+    monkeypatch.setattr(ReaderProcess, "_unzstd", unzstd)
     a = sample_agent(src, big=3 << 20)
     _many_files(src, 120)
+    write(a.folders.home / "src" / "long.py", b"x = 1\n" * 20_000)  # compresses well
     backup_agent(src, registry.find(src, "work"), url)
     give_keys(src, dst)
     seen: list[int] = []
     rep = restore_agent(dst, "work", url, progress=seen.append)
     assert len(started) == 1  # through the child
+    assert opened  # the two processes shared the opening of compressed chunks
     assert not process_runs(started[0].pid)  # and reaped
     b = registry.find(dst, "work")
     assert agent_files(b.folders.root) == agent_files(a.folders.root)
@@ -236,6 +247,7 @@ def test_a_killed_restore_leaves_nothing_applied_and_no_child(
 def _fed(data: bytes) -> ReaderProcess:
     r = ReaderProcess.__new__(ReaderProcess)
     r._from = io.BytesIO(data)
+    r._dctx = zstandard.ZstdDecompressor()
     return r
 
 
@@ -296,3 +308,44 @@ def test_records_end_at_end_and_count_data() -> None:
     got = list(_fed(data).records({"a": 1}, seen.append))
     assert got == [(M.HEAD, M.dump({"a": 1})), (M.FILES, b"[]"), (M.DATA, b"abc"), (M.DATA, b"de")]
     assert seen == [3, 2]
+
+
+def test_chunks_left_compressed_are_opened_here_and_counted_as_their_bytes() -> None:
+    plain = b"the same line again\n" * 500
+    data = (
+        _frame(restore_reader.DATA_ZSTD, zstandard.ZstdCompressor().compress(plain))
+        + _frame(restore_reader.DATA_ZSTD, zstandard.ZstdCompressor().compress(b""))
+        + _frame(restore_reader.END, b"")
+    )
+    seen: list[int] = []
+    got = list(_fed(data).records({"a": 1}, seen.append))
+    assert got[1:] == [(M.DATA, plain), (M.DATA, b"")]
+    assert seen == [len(plain), 0]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(b"not zstd at all", id="not-zstd"),
+        pytest.param(zstandard.ZstdCompressor().compress(b"abc") + b"more", id="bytes-after"),
+        pytest.param(zstandard.ZstdCompressor().compress(b"x" * 200), id="past-the-bound"),
+        pytest.param(zstandard.ZstdCompressor().compress(b"abcdef" * 50)[:-3], id="cut-short"),
+    ],
+)
+def test_a_compressed_chunk_that_is_not_one_bounded_frame_stops_the_restore(
+    frame: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(restore_reader, "FRAME_MAX", 100)
+    data = _frame(restore_reader.DATA_ZSTD, frame) + _frame(restore_reader.END, b"")
+    with pytest.raises(BackupError) as e:
+        list(_fed(data).records({"a": 1}))
+    assert "not one zstd frame of the size it declares" in e.value.message
+
+
+def test_a_compressed_chunk_that_does_not_declare_its_size_stops_the_restore() -> None:
+    c = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    frame = c.compress(b"no size " * 100) + c.flush()
+    assert zstandard.frame_content_size(frame) == -1
+    data = _frame(restore_reader.DATA_ZSTD, frame) + _frame(restore_reader.END, b"")
+    with pytest.raises(BackupError, match="not one zstd frame"):
+        list(_fed(data).records({"a": 1}))
