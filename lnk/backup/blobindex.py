@@ -234,6 +234,20 @@ class BlobIndex(Mapping[bytes, BlobRef]):
         seg = _merge(self._segments[0], newer._segments[0])
         return BlobIndex(seg, self._packs, self._kinds)
 
+    def whole(self, limit: int) -> BlobIndex | None:
+        """This index as one segment (what :meth:`parts` takes), everything set since
+        the build included; None past ``limit`` records (a merge holds them twice)."""
+        if self.compact_count + len(self._added) > limit:
+            return None
+        self.compact()
+        segments = self._segments
+        if not segments:
+            return BlobIndex(None, self._packs, self._kinds)
+        seg = segments[0]
+        for newer in segments[1:]:
+            seg = _merge(seg, newer)
+        return BlobIndex(seg, self._packs, self._kinds)
+
     @property
     def compact_count(self) -> int:
         """How many records the segments hold (an ID set again counts twice)."""

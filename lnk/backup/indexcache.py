@@ -42,17 +42,28 @@ MAGIC = b"lnk-bix1"
 HEADER_MAX = 64 << 20
 
 
+KEEP_AFTER_MAX = 1 << 18
+"""The most blobs a backup keeps its index of as it ends (made one segment from the
+index it loaded and its own blobs, which holds them twice meanwhile: 14 MiB at most);
+a bigger repository's next backup fetches that backup's pack indexes instead."""
+
+
 def load_index(repo: Repository, path: Path) -> BlobIndex:
     """``repo.load_index(skip_damaged=True, missing_ok=True)`` through the index kept at
     ``path`` by the last run: only the indexes of packs added since are fetched, and
     the index is kept again when it changed."""
+    return load_kept(repo, path).index
+
+
+def load_kept(repo: Repository, path: Path) -> Kept:
+    """:func:`load_index`, with the packs whose indexes it holds."""
     damaged = repo.damaged_packs()
     live = {n for n in repo.index_names() if n not in damaged}
     kept = load(path, repo.id)
     if kept is not None and not kept.loaded <= live:
         kept = None  # a pack it holds is gone or damaged: built from every index again
     if kept is not None and kept.loaded == live:
-        return kept.index
+        return kept
     loaded = set(kept.loaded) if kept is not None else set()
     found = IndexBuilder(onto=kept.index if kept is not None else None)
     for pack, doc in repo.iter_indexes(sorted(live - loaded), missing_ok=True):
@@ -60,7 +71,19 @@ def load_index(repo: Repository, path: Path) -> BlobIndex:
         loaded.add(pack)
     index = found.build() if kept is None else kept.index.merged(found.build())
     save(path, repo.id, index, frozenset(loaded))
-    return index
+    return Kept(index, frozenset(loaded))
+
+
+def keep_after(path: Path, repo_id: str, loaded: Kept, added: set[str]) -> None:
+    """As a backup ends: keep its index (``loaded.index``, the blobs of the packs
+    ``loaded.loaded``, with the blobs this run stored in the packs ``added`` set into
+    it), so the next backup fetches none of those packs' indexes.  Not kept past
+    :data:`KEEP_AFTER_MAX` blobs, nor when this run added no pack."""
+    if not added:
+        return
+    whole = loaded.index.whole(KEEP_AFTER_MAX)
+    if whole is not None:
+        save(path, repo_id, whole, loaded.loaded | added)
 
 
 def kept_path(folder: Path, repo: Repository) -> Path:

@@ -85,12 +85,16 @@ class Packer:
         self._known: BlobIndex | None = None
         self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
         # loaded while the caller starts walking (its first use waits for it)
+        self._index_kept = index_kept
+        self._kept_f: Future[indexcache.Kept] | None = None
         if index_kept is None:
             self._known_f = self._uploader.submit(
                 repo.load_index, skip_damaged=True, missing_ok=True
             )
         else:
-            self._known_f = self._uploader.submit(indexcache.load_index, repo, index_kept)
+            self._kept_f = self._uploader.submit(indexcache.load_kept, repo, index_kept)
+            self._known_f = self._uploader.submit(lambda kept: kept.result().index, self._kept_f)
+        self._added_packs: set[str] = set()  # the packs this run uploaded
         self._pending: dict[bytes, tuple[str, int, int]] = {}  # id -> kind, offset, length
         self._parts: list[bytes] = []  # the sealed blobs of the pack being filled
         self._filled = 0
@@ -257,6 +261,7 @@ class Packer:
         }
         self.wait_upload()  # one pack in the air at a time
         self._upload = self._uploader.submit(self._put_pack, name, body, index)
+        self._added_packs.add(name)
         for blob_id, (kind, offset, length) in self._pending.items():
             self.known[blob_id] = BlobRef(name, offset, length, kind)
         self.referenced.add(name)
@@ -272,6 +277,13 @@ class Packer:
         if up is not None:
             up.result()
         self._on_wait()
+
+    def keep_index(self) -> None:
+        """Once every pack of this run is uploaded: keep the index with this run's blobs
+        in it for the next backup (:func:`lnk.backup.indexcache.keep_after`)."""
+        if self._index_kept is not None and self._kept_f is not None:
+            kept = self._kept_f.result()  # its index is ``known``: this run's blobs set in
+            indexcache.keep_after(self._index_kept, self.repo.id, kept, self._added_packs)
 
     def shutdown(self) -> None:
         if self._sealer is not None:

@@ -267,6 +267,7 @@ class SnapshotWriter:
         key = f"snapshots/{snap_id}"
         self.bucket.put(key, self.repo.seal_object(key, doc))
         self.committed = snap_id
+        self._packs.keep_index()
         self._tree.close()
         self.bucket.delete(self.lock_key)
         return snap_id

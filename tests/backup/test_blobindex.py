@@ -109,6 +109,11 @@ def test_what_is_set_later_reads_as_a_dict_would(
         assert len(index) == len(model) and sorted(index) == sorted(model)
         index.compact()
         assert {k: index[k] for k in model} == model
+        # one segment of it all (what a backup keeps as it ends), read back from its parts
+        assert index.whole(0) is None or not model
+        whole = index.whole(10**6)
+        assert whole is not None and len(whole._segments) <= 1
+        assert dict(BlobIndex.from_parts(whole.parts()).items()) == model
     finally:
         blobindex.SEGMENT, blobindex.MERGE_MAX = old
 

@@ -17,7 +17,9 @@ from bk_helpers import sample_agent
 
 from lnk.agents.layout import Machine
 from lnk.backup import Repository, SnapshotWriter, indexcache, prune
+from lnk.backup import agent_keys
 from lnk.backup.agent import backup_agent
+from lnk.backup.agent_repos import open_with_keys
 from lnk.backup.blobindex import BlobIndex, IndexBuilder
 from lnk.backup.pack import pack_key
 from lnk.formats.keys import ReceiverKey
@@ -103,7 +105,8 @@ def test_a_kept_index_with_a_header_that_lies_is_not_believed(
     assert indexcache.load(path, "ab" * 16) is None
 
 
-def _backup(repo: Repository, name: str, kept: Path) -> None:
+def _backup(repo: Repository, name: str, kept: Path | None) -> None:
+    """A backup that keeps its index at ``kept``; None: one from another machine."""
     with SnapshotWriter(repo, kept) as w:
         for i in range(3):
             w.add_file(f"{name}/{i}", 0o644, io.BytesIO(os.urandom(2000) + name.encode()))
@@ -121,25 +124,31 @@ def test_only_new_packs_indexes_are_fetched(
 ) -> None:
     repo = Repository.init(bucket, owner.public)
     kept = tmp_path / "agent" / "backup-index"
-    _backup(repo, "one", kept)
-    _backup(repo, "two", kept)  # one's pack fetched, then kept
+    _backup(repo, "one", None)  # from another machine: nothing kept here
+    _backup(repo, "two", None)
     fresh = repo.load_index(skip_damaged=True)
+    packs = len(list(bucket.list("index/")))
     bucket.gets.clear()
 
-    same = indexcache.load_index(repo, kept)
+    same = indexcache.load_index(repo, kept)  # none kept: every index fetched
     assert dict(same.items()) == dict(fresh.items())
-    assert _index_gets(bucket) == 1  # two's pack: kept now
+    assert _index_gets(bucket) == packs
     again = indexcache.load_index(repo, kept)
     assert dict(again.items()) == dict(fresh.items())
     assert _index_gets(bucket) == 0  # nothing new: the kept file is the index
 
-    packs_before = len(list(bucket.list("index/")))
-    _backup(repo, "three", kept)
-    new = len(list(bucket.list("index/"))) - packs_before
+    _backup(repo, "three", None)  # another machine's again
+    new = len(list(bucket.list("index/"))) - packs
     bucket.gets.clear()
     grown = indexcache.load_index(repo, kept)
-    assert new >= 1 and _index_gets(bucket) == new
+    assert new >= 1 and _index_gets(bucket) == new  # only its packs' indexes
     assert dict(grown.items()) == dict(repo.load_index(skip_damaged=True).items())
+
+    _backup(repo, "four", kept)  # one here keeps its own packs as it ends
+    bucket.gets.clear()
+    mine = indexcache.load_index(repo, kept)
+    assert _index_gets(bucket) == 0
+    assert dict(mine.items()) == dict(repo.load_index(skip_damaged=True).items())
 
 
 def test_a_pack_gone_or_damaged_builds_the_index_again(
@@ -167,26 +176,52 @@ def test_a_pack_gone_or_damaged_builds_the_index_again(
     assert all(bucket.exists(pack_key(p)) for p in {r.pack for r in after.values()})
 
 
-def test_an_agents_backups_keep_the_index_and_fetch_only_what_is_new(
+def test_an_agents_backups_keep_the_index_with_their_own_packs(
     src: Machine, tmp_path: Path
 ) -> None:
-    """End to end: the kept index is the agent's (in its runtime folder, by repository),
-    and a backup after one that added nothing fetches no index document."""
+    """End to end: the kept index is the agent's (in its runtime folder, by repository);
+    a backup keeps it with its own packs as it ends, so the next one fetches no index
+    document, the first backup's next included; the file holds what a build from
+    every index document gives."""
+    a = sample_agent(src)
+    root = tmp_path / "bk"
+    root.mkdir()
+    url = f"file://{root}"
+    bucket = CountingBucket(open_bucket(url))
+    first = backup_agent(src, a, url, bucket=bucket)
+    assert first.new_blobs > 0
+    bucket.gets.clear()
+    (a.folders.home / "new.txt").write_bytes(b"new " * 1000)
+    rep = backup_agent(src, a, url, bucket=bucket)  # after a first backup
+    assert _index_gets(bucket) == 0 and rep.new_blobs >= 1
+    rep = backup_agent(src, a, url, bucket=bucket)
+    assert _index_gets(bucket) == 0 and rep.new_blobs == 0
+    [kept] = a.runtime.glob("backup-index-*")
+    assert kept.name == f"backup-index-{rep.repository}"
+    repo, _ = open_with_keys(src, bucket, url, agent_keys.ensure(src))
+    held = indexcache.load(kept, repo.id)
+    assert held is not None and held.loaded == set(repo.index_names())
+    assert dict(held.index.items()) == dict(repo.load_index().items())
+
+
+def test_a_big_repository_s_next_backup_fetches_the_last_ones_indexes(
+    src: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past KEEP_AFTER_MAX blobs a backup does not make one segment of its index as it
+    ends (that holds it twice): the next backup fetches its packs' indexes instead."""
+    monkeypatch.setattr(indexcache, "KEEP_AFTER_MAX", 1)
     a = sample_agent(src)
     root = tmp_path / "bk"
     root.mkdir()
     url = f"file://{root}"
     bucket = CountingBucket(open_bucket(url))
     backup_agent(src, a, url, bucket=bucket)
-    (a.folders.home / "new.txt").write_bytes(b"new " * 1000)
-    backup_agent(src, a, url, bucket=bucket)  # the first's packs fetched once, then kept
     bucket.gets.clear()
-    rep = backup_agent(src, a, url, bucket=bucket)  # the second's own packs only
+    backup_agent(src, a, url, bucket=bucket)
     assert _index_gets(bucket) >= 1
-    rep = backup_agent(src, a, url, bucket=bucket)
-    assert _index_gets(bucket) == 0 and rep.new_blobs == 0
-    [kept] = a.runtime.glob("backup-index-*")
-    assert kept.name == f"backup-index-{rep.repository}"
+    bucket.gets.clear()
+    assert backup_agent(src, a, url, bucket=bucket).new_blobs == 0
+    assert _index_gets(bucket) == 0  # kept as it loaded them
 
 
 def test_the_kept_index_is_named_by_the_repositorys_canonical_id(
