@@ -16,8 +16,7 @@ from backup_helpers import CountingBucket
 from bk_helpers import sample_agent
 
 from lnk.agents.layout import Machine
-from lnk.backup import Repository, SnapshotWriter, indexcache, prune
-from lnk.backup import agent_keys
+from lnk.backup import Repository, SnapshotWriter, agent_keys, indexcache, prune
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_repos import open_with_keys
 from lnk.backup.blobindex import BlobIndex, IndexBuilder
