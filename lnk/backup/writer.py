@@ -267,9 +267,9 @@ class SnapshotWriter:
         key = f"snapshots/{snap_id}"
         self.bucket.put(key, self.repo.seal_object(key, doc))
         self.committed = snap_id
-        self._packs.keep_index()
         self._tree.close()
         self.bucket.delete(self.lock_key)
+        self._packs.keep_index()
         return snap_id
 
     def abort(self) -> None:

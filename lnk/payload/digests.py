@@ -20,7 +20,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
@@ -87,14 +87,17 @@ class FolderPrint:
         self.files += files
 
     def remember(
-        self, cache: HashCache, rel: str, digest: str, skipped: Iterable[tuple[str, os.stat_result]]
+        self,
+        cache: HashCache,
+        rel: str,
+        digest: str,
+        skipped: tuple[tuple[str, os.stat_result], ...],
     ) -> None:
         """Remember ``digest`` as the folder's, if it has one and nothing was racy;
-        ``skipped``: the walk's devices, fifos and sockets in it (in name order with
-        the rest)."""
+        ``skipped``: the walk's devices, fifos and sockets in it (put in name order
+        with the rest; none is a regular file)."""
         for name, st in skipped:
             self.entry(name, st)
-            self.files -= stat.S_ISREG(st.st_mode)
         if digest and not self.racy:
             keys = sorted(self.keys) if skipped else self.keys
             cache.store_folder(rel, fingerprint([k for _, k in keys]), digest, self.files)
