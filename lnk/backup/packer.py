@@ -250,6 +250,9 @@ class Packer:
         if not self._pending:
             return
         name = new_name()
+        # one pack in the air at a time, and gone before this one is joined: at most
+        # the blobs filling a pack and one pack's bytes are held, never three packs' worth
+        self.wait_upload()
         body = b"".join([self._header, *self._parts])  # the one copy
         self._parts, self._filled = [], 0
         index = {
@@ -259,7 +262,6 @@ class Packer:
             "sha256": hashlib.sha256(body).hexdigest(),
             "blobs": [[i.hex(), k, o, n] for i, (k, o, n) in self._pending.items()],
         }
-        self.wait_upload()  # one pack in the air at a time
         self._upload = self._uploader.submit(self._put_pack, name, body, index)
         self._added_packs.add(name)
         for blob_id, (kind, offset, length) in self._pending.items():
