@@ -61,8 +61,15 @@ def test_a_ctrl_c_d_chat_s_answer_comes_with_the_next_chat_once(
     started: registry.Agent, slow_model: ModelServer
 ) -> None:
     agent = started
+    # Ctrl-C as a terminal's foreground process takes it, whatever this run inherited (a
+    # shell's background job starts with SIGINT ignored, and a child keeps that)
+    as_typed = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['lnk', 'agent', 'chat', 'send', 'first question']; "
+        "runpy.run_module('lnk', run_name='__main__')"
+    )
     chat = subprocess.Popen(
-        [sys.executable, "-m", "lnk", "agent", "chat", "send", "first question"],
+        [sys.executable, "-c", as_typed],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=dict(os.environ),
