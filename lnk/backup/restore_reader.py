@@ -9,9 +9,10 @@ process receives what it sends.
 
 The child is told on stdin, in one JSON line, the HOME, the bucket's URL, the
 repository's ID (checked again at use) and the snapshot's ID; it loads the
-owner's private key from that HOME itself (the key never crosses the pipe).  It answers on stdout with frames (big-endian)
-``u8 type ‖ u32 n ‖ body(n)``: the records of a stream (HEAD first), then
-``END``; or, when it fails, ``FAILED`` with ``{"kind", "message", "hint"}``.
+owner's private key from that HOME itself (the key never crosses the pipe).  It
+answers on stdout with frames (big-endian) ``u8 type ‖ u32 n ‖ body(n)``: the
+records of a stream (HEAD first), then ``END``; or, when it fails, ``FAILED``
+with ``{"kind", "message", "hint"}``.
 A data chunk the backup stored compressed comes as ``DATA_ZSTD``, still in its
 zstd frame: the parent decompresses it (the zstd work, about a fifth of the
 child's, is shared between the two cores; the pipe carries a third of the bytes).
@@ -49,6 +50,7 @@ from lnk.backup.agent_snapshots import DATA_ZSTD, read_parts, records_layout2
 from lnk.backup.reader import SnapshotReader
 from lnk.backup.repository import Repository
 from lnk.formats.header import read_exact
+from lnk.formats.records import ZstdFrameError, decompress_exact
 from lnk.payload import manifest as M
 from lnk.transport.buckets import open_bucket
 
@@ -159,18 +161,13 @@ class ReaderProcess:
         """A chunk the child left in its zstd frame (``DATA_ZSTD``), decompressed here:
         exactly the size the frame declares, and no more than a frame may carry."""
         try:
-            size = zstandard.frame_content_size(frame)
-            if 0 <= size <= FRAME_MAX:
-                body = self._dctx.decompress(frame, max_output_size=size, allow_extra_data=False)
-                if len(body) == size:
-                    return body
-        except zstandard.ZstdError:
-            pass
-        raise errors.BackupError(
-            "a chunk of the snapshot is not one zstd frame of the size it declares "
-            f"(at most {FRAME_MAX} bytes); nothing was restored",
-            hint="the snapshot is damaged; pick another (lnk agent backup list)",
-        )
+            return decompress_exact(frame, FRAME_MAX, self._dctx)
+        except ZstdFrameError:
+            raise errors.BackupError(
+                "a chunk of the snapshot is not one zstd frame of the size it declares "
+                f"(at most {FRAME_MAX} bytes); nothing was restored",
+                hint="the snapshot is damaged; pick another (lnk agent backup list)",
+            ) from None
 
     def close(self) -> None:
         """Stop the child (done or not) and reap it."""

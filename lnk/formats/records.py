@@ -153,27 +153,52 @@ def open_record(
     return rtype, body, hashlib.sha256(bytes((rtype,)) + body).digest()
 
 
-def _decompress(payload: memoryview, index: int, record_max: int) -> bytes:
+class ZstdFrameError(ValueError):
+    """A body that is not exactly one zstd frame of the size it declares, within a bound:
+    ``reason`` is "size" (none declared, ``size`` < 0, or past the bound), "invalid"
+    (``detail`` says why) or "length" (it decompressed to another size)."""
+
+    def __init__(self, reason: str, size: int, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail or size}")
+        self.reason, self.size, self.detail = reason, size, detail
+
+
+def decompress_exact(
+    payload: bytes | memoryview, limit: int, dctx: zstandard.ZstdDecompressor | None = None
+) -> bytes:
+    """One zstd frame that declares its content size, at most ``limit`` bytes, and
+    decompresses to exactly that (nothing after it): never more is allocated than it
+    declared.  A stream's record bodies, and a restore's chunks between its two
+    processes, are opened through this; ``ZstdFrameError`` otherwise."""
     try:
         size = zstandard.frame_content_size(payload)
     except zstandard.ZstdError:
         size = -2
-    if size < 0 or size > record_max:
-        what = "does not declare its size" if size < 0 else f"would expand to {size} bytes"
-        raise StreamFault(
-            "payload",
-            f"record {index}'s compressed body {what}; the limit is {record_max} bytes",
-            hint="the sender is not a compatible lnk, or the stream is hostile",
-        )
+    if size < 0 or size > limit:
+        raise ZstdFrameError("size", size)
     try:
-        dctx = zstandard.ZstdDecompressor()
-        body = dctx.decompress(payload, max_output_size=size, allow_extra_data=False)
+        d = dctx or zstandard.ZstdDecompressor()
+        body = d.decompress(payload, max_output_size=size, allow_extra_data=False)
     except zstandard.ZstdError as exc:
-        raise StreamFault(
-            "payload", f"record {index}'s compressed body is invalid ({exc})", hint=DAMAGED
-        ) from None
+        raise ZstdFrameError("invalid", size, str(exc)) from None
     if len(body) != size:
-        raise StreamFault(
-            "payload", f"record {index}'s compressed body has the wrong size", hint=DAMAGED
-        )
+        raise ZstdFrameError("length", size)
     return body
+
+
+def _decompress(payload: memoryview, index: int, record_max: int) -> bytes:
+    try:
+        return decompress_exact(payload, record_max)
+    except ZstdFrameError as e:
+        if e.reason == "size":
+            size = e.size
+            what = "does not declare its size" if size < 0 else f"would expand to {size} bytes"
+            raise StreamFault(
+                "payload",
+                f"record {index}'s compressed body {what}; the limit is {record_max} bytes",
+                hint="the sender is not a compatible lnk, or the stream is hostile",
+            ) from None
+        what = f"is invalid ({e.detail})" if e.reason == "invalid" else "has the wrong size"
+        raise StreamFault(
+            "payload", f"record {index}'s compressed body {what}", hint=DAMAGED
+        ) from None
