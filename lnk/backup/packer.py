@@ -86,14 +86,7 @@ class Packer:
         self._uploader = ThreadPoolExecutor(1, "lnk-backup-upload")
         # loaded while the caller starts walking (its first use waits for it)
         self._index_kept = index_kept
-        self._kept_f: Future[indexcache.Kept] | None = None
-        if index_kept is None:
-            self._known_f = self._uploader.submit(
-                repo.load_index, skip_damaged=True, missing_ok=True
-            )
-        else:
-            self._kept_f = self._uploader.submit(indexcache.load_kept, repo, index_kept)
-            self._known_f = self._uploader.submit(lambda kept: kept.result().index, self._kept_f)
+        self._loaded = self._uploader.submit(self._load_index)
         self._added_packs: set[str] = set()  # the packs this run uploaded
         self._pending: dict[bytes, tuple[str, int, int]] = {}  # id -> kind, offset, length
         self._parts: list[bytes] = []  # the sealed blobs of the pack being filled
@@ -112,12 +105,19 @@ class Packer:
         self._batch_bytes = 0
         self.uploaded_blobs = 0
 
+    def _load_index(self) -> indexcache.Kept:
+        """The repository's index and the packs it holds (through the kept index, if any)."""
+        if self._index_kept is not None:
+            return indexcache.load_kept(self.repo, self._index_kept)
+        index = self.repo.load_index(skip_damaged=True, missing_ok=True)
+        return indexcache.Kept(index, frozenset())
+
     @property
     def known(self) -> BlobIndex:
         """Every blob the repository holds (not only in damaged packs), and this run's."""
         known = self._known
         if known is None:
-            known = self._known = self._known_f.result()
+            known = self._known = self._loaded.result().index
         return known
 
     def on_its_way(self, blob_id: bytes) -> bool:
@@ -283,8 +283,8 @@ class Packer:
     def keep_index(self) -> None:
         """Once every pack of this run is uploaded: keep the index with this run's blobs
         in it for the next backup (:func:`lnk.backup.indexcache.keep_after`)."""
-        if self._index_kept is not None and self._kept_f is not None:
-            kept = self._kept_f.result()  # its index is ``known``: this run's blobs set in
+        if self._index_kept is not None:
+            kept = self._loaded.result()  # its index is ``known``: this run's blobs set in
             indexcache.keep_after(self._index_kept, self.repo.id, kept, self._added_packs)
 
     def shutdown(self) -> None:
