@@ -71,6 +71,18 @@ def age(agent: Agent, seconds: int = 3600) -> None:
                 os.utime(p, ns=(when, when))
 
 
+def source_tree(a: Agent, pkgs: int, mods: int) -> None:
+    """Home/src: ``pkgs`` packages of ``mods`` modules each under pkgN/mod/, a README, a
+    link in pkg1 to it, and one module of pkg2 with another mode (no file aged yet)."""
+    h = a.folders.home
+    for d in range(pkgs):
+        for i in range(mods):
+            write(h / "src" / f"pkg{d}" / "mod" / f"m{i}.py", f"x = {d * 10 + i}\n".encode())
+    write(h / "src" / "README", b"read me\n")
+    os.symlink("../README", h / "src" / "pkg1" / "alias.py")
+    os.chmod(h / "src" / "pkg2" / "mod" / "m1.py", 0o640)
+
+
 def agent_files(root: Path) -> dict[str, tuple[Any, ...]]:
     out: dict[str, tuple[Any, ...]] = {}
     for r in FILE_ROOTS:

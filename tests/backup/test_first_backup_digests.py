@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bk_helpers import age, sample_agent, write
+from bk_helpers import age, sample_agent, source_tree, write
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
@@ -29,15 +29,9 @@ NEVER_RACY = -(10**18)  # "changed too recently" never holds: every folder may b
 
 
 def _tree(a: Agent) -> None:
-    h = a.folders.home
-    for d in range(3):
-        for i in range(4):
-            write(h / "src" / f"pkg{d}" / "mod" / f"m{i}.py", f"x = {d * 10 + i}\n".encode())
-    write(h / "src" / "README", b"read me\n")
-    write(h / "src" / "empty", b"")
-    os.symlink("../README", h / "src" / "pkg1" / "alias.py")
-    os.mkfifo(h / "src" / "pkg2" / "pipe")  # in no digest, in no backup
-    os.chmod(h / "src" / "pkg2" / "mod" / "m1.py", 0o640)
+    source_tree(a, 3, 4)
+    write(a.folders.home / "src" / "empty", b"")
+    os.mkfifo(a.folders.home / "src" / "pkg2" / "pipe")  # in no digest, in no backup
     age(a)
 
 

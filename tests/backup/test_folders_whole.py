@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from bk_helpers import age, agent_files, collections_of, give_keys, sample_agent, write
+from bk_helpers import (
+    age,
+    agent_files,
+    collections_of,
+    give_keys,
+    sample_agent,
+    source_tree,
+    write,
+)
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
@@ -25,13 +33,7 @@ from lnk.backup.filecache import ChunkCache
 
 
 def _tree(a: Agent) -> None:
-    h = a.folders.home
-    for d in range(4):
-        for i in range(6):
-            write(h / "src" / f"pkg{d}" / "mod" / f"m{i}.py", f"x = {d * 10 + i}\n".encode())
-    write(h / "src" / "README", b"read me\n")
-    os.symlink("../README", h / "src" / "pkg1" / "alias.py")
-    os.chmod(h / "src" / "pkg2" / "mod" / "m1.py", 0o640)
+    source_tree(a, 4, 6)
     age(a)
 
 
