@@ -30,6 +30,8 @@ from lnk.agents.registry import Agent
 from lnk.agents.stores import open_agent_store
 from lnk.backup.file_reads import FileSaver
 from lnk.backup.filecache import ChunkCache, DirCache, DirRow
+from lnk.backup.read_ahead import ReadAhead
+from lnk.backup.small_reads import SmallRead
 from lnk.collections.ids import FORMAT_VERSION
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
@@ -166,17 +168,26 @@ class FilesBackup:
             ends=by_folder,
             keep=self._keeper() if by_folder else None,
         )
-        for f in items:
-            if f.kind == "e":
-                self._end(f)
-            elif self.layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
-                continue
-            elif f.kept:
-                self._whole(f)
-            else:
-                self._entry(f)
-        if by_folder:
+        if by_folder:  # small files read by the second process once it runs
+            ahead = ReadAhead(lambda: self.w.reader, self.saver.readable, self._item)
+            for f in items:
+                ahead.push(f)
+            ahead.finish()
             self.dirs.keep_only(self.seen)
+        else:
+            for f in items:
+                self._item(f, None)
+
+    def _item(self, f: WalkedFile, read: SmallRead | None) -> None:
+        """One item of the walk, in walk order; ``read``: the file as read ahead."""
+        if f.kind == "e":
+            self._end(f)
+        elif self.layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
+            return
+        elif f.kept:
+            self._whole(f)
+        else:
+            self._entry(f, read)
 
     def _line(self, entry: M.FileEntry) -> bytes:
         line = M.dump(entry.to_json()) + b"\n"
@@ -184,7 +195,7 @@ class FilesBackup:
         self.entries += 1
         return line
 
-    def _entry(self, f: WalkedFile) -> None:
+    def _entry(self, f: WalkedFile, read: SmallRead | None = None) -> None:
         top = self.stack[-1] if self.stack else None
         if f.kind == "d":
             line = self._line(M.FileEntry(f.rel, "d", M.dir_mode(f.mode)))
@@ -205,7 +216,7 @@ class FilesBackup:
                 top.items.append(b"E" + line)
                 top.entries += 1
             return
-        got = self.saver.file(f)
+        got = self.saver.file(f) if read is None else self.saver.taken(f, read)
         if got is None:  # gone, or no longer a regular file: not in this backup
             if top is not None:
                 top.ok = False

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lnk.backup.filecache import ChunkCache
+from lnk.backup.small_reads import GONE, READ, SmallRead
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.manifest import EMPTY_SHA, file_mode
 from lnk.payload.reading import open_file
@@ -86,6 +87,30 @@ class FileSaver:
         if f.group is not None:
             self.groups[f.group] = (sha, size)
         return sha, size, (self.w.last_line if size else b""), ids
+
+    def readable(self, f: WalkedFile) -> bytes | None:
+        """Where the second process may read ``f`` for this run (``small_reads.py``): a
+        small regular file, not a hard link, whose chunks the cache does not know; else
+        None (:meth:`file` reads it here)."""
+        st = f.st
+        if f.kind != "f" or f.group is not None or f.snapshot or st is None or f.source is None:
+            return None
+        if not 0 < f.size < self.step or self._hit(f.rel, st) is not None:
+            return None
+        path = os.fsencode(f.source)
+        return path if len(path) <= 0xFFFF else None
+
+    def taken(self, f: WalkedFile, r: SmallRead) -> tuple[str, int, bytes, bytes] | None:
+        """:meth:`file` for one the second process read: ``r``, its answer."""
+        self.vouched = False
+        if r.status != READ:
+            return None if r.status == GONE else self.file(f)  # OTHER: read here
+        st = r.st
+        assert st is not None
+        size = st.st_size
+        chunks = self.w.add_sealed(f"agent/{f.rel}", file_mode(f.mode), size, r.blob_id, r.sealed)
+        sha, n, ids = self._remember(f, st, r.t0, r.sha.hex(), size, chunks)
+        return sha, n, (self.w.last_line if n else b""), ids
 
     def _store(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes] | None:
         w = self.w

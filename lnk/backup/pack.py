@@ -8,6 +8,8 @@ derived with ``run_info``.  See docs/backup-format.md.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import hmac
 import secrets
 from typing import Any, Protocol
 
@@ -43,6 +45,13 @@ def blob_aad(repo: _HasId, kind: str, blob_id: bytes) -> bytes:
 
 def aad_of(repo_id: bytes, kind: str, blob_id: bytes) -> bytes:
     return b"lnk-backup/blob/" + repo_id + b"/" + kind.encode() + b"/" + blob_id
+
+
+def blob_name(dedup_key: bytes, kind: str, data: bytes) -> bytes:
+    """A blob's ID: HMAC-SHA256 under the repository's dedup key of ``kind ‖ 0x00 ‖ data``."""
+    h = hmac.new(dedup_key, kind.encode() + b"\0", hashlib.sha256)
+    h.update(data)
+    return h.digest()
 
 
 def seal_blob(

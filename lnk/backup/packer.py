@@ -14,7 +14,6 @@ while the next fills.  ``SnapshotWriter`` (``writer.py``) owns one ``Packer``.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import os
 import struct
 import threading
@@ -28,7 +27,7 @@ import zstandard
 
 from lnk.backup import crypto, indexcache, sealer
 from lnk.backup.blobindex import BlobIndex, BlobRef
-from lnk.backup.pack import PACK_MAGIC, new_name, pack_key, run_info, seal_blob
+from lnk.backup.pack import PACK_MAGIC, blob_name, new_name, pack_key, run_info, seal_blob
 from lnk.backup.repository import Repository
 
 LEVEL = 3  # zstd's level for blobs
@@ -128,9 +127,7 @@ class Packer:
         return self.resolve(self.enqueue(kind, data))
 
     def _name(self, kind: str, data: bytes) -> bytes:
-        h = hmac.new(self.repo.dedup_key, kind.encode() + b"\0", hashlib.sha256)
-        h.update(data)
-        return h.digest()
+        return blob_name(self.repo.dedup_key, kind, data)
 
     def _seal(
         self, kind: str, data: bytes, blob_id: bytes | None = None
@@ -177,6 +174,31 @@ class Packer:
         self._push(item)
         return item
 
+    @property
+    def reader(self) -> sealer.SealProcess | None:
+        """The second process, to read small files (``small_reads.py``), once it runs."""
+        return self._sealer
+
+    def add_sealed(self, kind: str, blob_id: bytes, sealed: bytes) -> None:
+        """A chunk named and sealed elsewhere (the second process read its file): into
+        the pack being filled, unless the repository or this run holds it already."""
+        ref = self.known.get(blob_id)
+        if ref is not None:
+            self.referenced.add(ref.pack)
+            return
+        if blob_id in self._pending or blob_id in self._queued_ids:
+            return
+        self._put(kind, blob_id, sealed)
+
+    def _put(self, kind: str, blob_id: bytes, sealed: bytes) -> None:
+        offset = len(self._header) + self._filled
+        self._parts.append(sealed)
+        self._filled += len(sealed)
+        self._pending[blob_id] = (kind, offset, len(sealed))
+        self.uploaded_blobs += 1
+        if len(self._header) + self._filled >= self.repo.pack_size:
+            self.flush()
+
     def _submit_batch(self) -> None:
         if not self._batch:
             return
@@ -187,7 +209,13 @@ class Packer:
         self._batches += 1
         if self._sealer is None and not self._sealer_failed and self._batches > sealer.START_AFTER:
             try:
-                self._sealer = sealer.SealProcess(self._data_key, self.repo.id_bytes, LEVEL)
+                self._sealer = sealer.SealProcess(
+                    self._data_key,
+                    self.repo.id_bytes,
+                    LEVEL,
+                    self.repo.dedup_key,
+                    self.repo.chunk_size,
+                )
             except OSError:
                 self._sealer_failed = True
         if self._sealer is not None:
@@ -237,13 +265,7 @@ class Packer:
             if blob_id in self._pending:
                 continue
             assert sealed is not None  # known only grows: a chunk the pool found is known
-            offset = len(self._header) + self._filled
-            self._parts.append(sealed)
-            self._filled += len(sealed)
-            self._pending[blob_id] = (kind, offset, len(sealed))
-            self.uploaded_blobs += 1
-            if len(self._header) + self._filled >= self.repo.pack_size:
-                self.flush()
+            self._put(kind, blob_id, sealed)
 
     def flush(self) -> None:
         """Hand the pack (and then its index) to the upload thread."""

@@ -35,6 +35,7 @@ from lnk.backup.locks import lock_doc
 from lnk.backup.pack import pin_mmap_threshold
 from lnk.backup.packer import Packer, Queued
 from lnk.backup.repository import Repository
+from lnk.backup.sealer import SealProcess
 from lnk.errors import BackupError, InvalidInput
 
 LOCK_REFRESH = 600.0  # seconds between refreshes of the in-progress marker
@@ -144,6 +145,25 @@ class SnapshotWriter:
         size = len(data)
         self._file_entry(path, mode, size, chunks)
         return chunks
+
+    def add_sealed(
+        self, path: str, mode: int, size: int, blob_id: bytes, sealed: bytes
+    ) -> list[str]:
+        """:meth:`add_bytes` for a small file the second process read, named and sealed
+        already (``small_reads.py``); ``blob_id`` is b"" for an empty one."""
+        _check_path(path)
+        chunks = []
+        if blob_id:
+            self._packs.add_sealed("data", blob_id, sealed)
+            chunks.append(blob_id.hex())
+        self._file_entry(path, mode, size, chunks)
+        self._keep_lock()
+        return chunks
+
+    @property
+    def reader(self) -> SealProcess | None:
+        """The process that reads small files for this run, once it runs."""
+        return self._packs.reader
 
     def packs_of(self, ids: bytes) -> set[str] | None:
         """The packs holding the blobs ``ids`` (32-byte IDs, end to end); None when one

@@ -47,7 +47,7 @@ def same_stat(a: os.stat_result, b: os.stat_result) -> bool:
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def open_file(path: str | Path) -> int:
+def open_file(path: str | bytes | Path) -> int:
     """Open a file of the agent's to read its content: never through a link, and never
     blocking (a fifo swapped in after the walk opens at once, and is then no regular
     file).  The one way a move and a backup open what they read."""

@@ -86,3 +86,23 @@ def src(home: Path) -> Machine:
 def dst(tmp_path: Path) -> Machine:
     """Another machine, to restore on."""
     return Machine(tmp_path / "other")
+
+
+@pytest.fixture
+def read_ahead_at_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The second process starts with the run's first small files and reads the others
+    (lnk/backup/small_reads.py), a few per request; the count of files it was asked."""
+    from lnk.backup import packer, read_ahead, sealer
+
+    monkeypatch.setattr(sealer, "START_AFTER", 0)
+    monkeypatch.setattr(packer, "BATCH_ITEMS", 2)
+    monkeypatch.setattr(read_ahead, "BATCH_ITEMS", 3)
+    asked: list[int] = []
+    real = sealer.SealProcess.read
+
+    def read(self: sealer.SealProcess, paths: sealer.Paths) -> object:
+        asked.append(len(paths))
+        return real(self, paths)
+
+    monkeypatch.setattr(sealer.SealProcess, "read", read)
+    return asked

@@ -54,14 +54,23 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return computed
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["here", "read-ahead"])
 def test_a_first_backup_remembers_each_folders_digest_as_a_stat_pass_would(
-    src: Machine, url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    src: Machine,
+    url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    ahead: bool,
 ) -> None:
+    """(read-ahead: the files read by the second process, lnk/backup/small_reads.py)"""
+    asked = request.getfixturevalue("read_ahead_at_once") if ahead else []
     monkeypatch.setattr(AF, "RACY_NS", NEVER_RACY)
     monkeypatch.setattr(D, "RACY_NS", NEVER_RACY)
     a = sample_agent(src)
     _tree(a)
     backup_agent(src, a, url)
+    assert (sum(asked) >= 8) == ahead
     rows = _rows(a.runtime / "hashes.sqlite")
     src_dirs = {"Home/src", *(f"Home/src/pkg{d}" for d in range(3))}
     assert src_dirs | {f"Home/src/pkg{d}/mod" for d in range(3)} <= rows.keys()
