@@ -38,6 +38,8 @@ from lnk.backup.repository import Repository
 from lnk.backup.sealer import SealProcess
 from lnk.errors import BackupError, InvalidInput
 
+# json.dumps with any option builds an encoder per call: one, kept (a line per file)
+_LINE = json.JSONEncoder(separators=(",", ":"))
 LOCK_REFRESH = 600.0  # seconds between refreshes of the in-progress marker
 INFLIGHT = 4  # big chunks of one file being named and sealed at once
 LIST_MIN = 64 << 10  # a tree or file list is cut into pieces of at least this ...
@@ -233,7 +235,7 @@ class SnapshotWriter:
         self.bytes += size
 
     def _entry(self, doc: dict[str, Any]) -> None:
-        self.last_line = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+        self.last_line = _LINE.encode(doc).encode() + b"\n"
         self._tree.write(self.last_line)
 
     def _keep_lock(self) -> None:

@@ -330,8 +330,12 @@ class Head:
         return cls(aid, owner, aname, settings, grants, phase, base)  # type: ignore[arg-type]
 
 
+# json.dumps with any option builds an encoder per call: one, kept (a line per file)
+_DUMP = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dump(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return _DUMP.encode(obj).encode()
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
