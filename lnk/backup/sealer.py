@@ -135,13 +135,17 @@ class SealProcess:
         fut: Future[Any] = Future()
         with self._send_lock:
             with self._lock:
-                if not self.broken:
+                asked = not self.broken
+                if asked:
                     self._waiting.append((tag, work, fut))
-            if not fut.done() and not self.broken:
-                try:
-                    _write_all(self._to, _frame(tag, work))
-                except (OSError, ValueError):
-                    self._fail()  # answered here, with whatever it had not answered
+            if asked:
+                # answered by the child, or else by whoever finds it gone (``_fail`` takes
+                # every request still waiting, ours included, at the moment it is broken)
+                if not self.broken:
+                    try:
+                        _write_all(self._to, _frame(tag, work))
+                    except (OSError, ValueError):
+                        self._fail()
                 return fut
         fut.set_result(self._here(tag, work))
         return fut
