@@ -10,6 +10,7 @@ import hashlib
 import os
 import signal
 import struct
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,14 @@ from bk_helpers import age, agent_files, give_keys, sample_agent, write
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.backup import crypto, sealer
+from lnk.backup import read_ahead as RA
 from lnk.backup import small_reads as S
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.file_reads import FileSaver
 from lnk.backup.pack import aad_of, blob_name
-from lnk.payload.walk import SQLITE_MAGIC
+from lnk.backup.read_ahead import ReadAhead
+from lnk.payload.walk import SQLITE_MAGIC, WalkedFile
 from tests.procs import process_runs
 
 KEY, DEDUP, REPO = bytes(range(32)), bytes(range(32, 64)), b"r" * 16
@@ -221,3 +224,77 @@ def test_files_changed_between_the_walk_and_the_read(
     assert (got / "n4.md").read_bytes() == b"grown " * 300_000
     assert (got / "n5.md").read_bytes() == b"rewritten\n"
     assert (got / "n6.md").read_bytes() == b"note 6\n" * 7
+
+
+class _Late(Future[list[S.SmallRead]]):
+    """An answer not there until someone waits for it (then it comes): ``done()`` is
+    False until :meth:`result` or the test's ``answer_all``."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def answer(self) -> None:
+        if not self.done():
+            self.set_result([S.SmallRead(S.GONE) for _ in range(self.n)])
+
+    def result(self, timeout: float | None = None) -> list[S.SmallRead]:
+        self.answer()
+        return super().result(timeout)
+
+
+class _SlowReader:
+    """A stand-in for the second process (the unit's only collaborator): its answers
+    come when waited for, or in the bursts the test makes; it counts what was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[list[bytes], _Late]] = []
+
+    def read(self, paths: list[bytes]) -> _Late:
+        fut = _Late(len(paths))
+        self.asked.append((list(paths), fut))
+        return fut
+
+    def answer_all(self) -> None:
+        for _paths, fut in self.asked:
+            fut.answer()
+
+
+@pytest.mark.parametrize("size", [10, 300_000])
+def test_the_read_ahead_hands_items_on_in_walk_order_within_its_bounds(size: int) -> None:
+    """Files, folders and ends come out in the order walked, each file with its own
+    answer; while answers wait, at most AHEAD items or AHEAD_BYTES of files (and the
+    one that crossed it) are held."""
+    reader = _SlowReader()
+    out: list[tuple[str, S.SmallRead | None]] = []
+    waiting_max = 0
+
+    def handle(f: WalkedFile, r: S.SmallRead | None) -> None:
+        out.append((f.rel, r))
+
+    ahead = ReadAhead(
+        lambda: reader,  # type: ignore[arg-type,return-value]
+        lambda f: f.rel.encode() if f.kind == "f" else None,
+        handle,
+    )
+    walked = []
+    for i in range(5000):
+        kind = "d" if i % 50 == 0 else "f"
+        f = WalkedFile(f"Home/x{i}", kind, 0o644, size if kind == "f" else 0)
+        walked.append(f)
+        ahead.push(f)
+        held = len(walked) - len(out)
+        waiting_max = max(waiting_max, held)
+        assert held <= RA.AHEAD
+        assert sum(w.size for w in walked[len(out) :]) <= RA.AHEAD_BYTES + size
+        if i % 3000 == 2999:
+            reader.answer_all()  # answers come late, in bursts
+    reader.answer_all()
+    ahead.finish()
+    assert [rel for rel, _ in out] == [f.rel for f in walked]
+    for (rel, r), f in zip(out, walked, strict=True):
+        assert (r is None) == (f.kind == "d"), rel
+    asked = [p for paths, _ in reader.asked for p in paths]
+    assert asked == [f.rel.encode() for f in walked if f.kind == "f"]
+    # it did read ahead, as far as its bounds let it
+    assert waiting_max >= min(RA.AHEAD - 1, RA.AHEAD_BYTES // size)
