@@ -61,6 +61,10 @@ class FileSaver:
         self.step: int = w.repo.chunk_size
         self.groups: dict[int, tuple[str, int]] = {}  # group -> sha, size as read
         self.vouched = False  # the last file stored: the hash cache vouches for it now
+        # what the chunk cache said of a file :meth:`readable` kept here (it is stored,
+        # in walk order, by its known chunks: not looked up twice); at most the files
+        # the read-ahead holds
+        self._hits: dict[str, tuple[str, list[str]]] = {}
 
     def _hit(self, rel: str, st: os.stat_result) -> tuple[str, list[str]] | None:
         hit = self.chunks.file(rel, st) if stat.S_ISREG(st.st_mode) else None
@@ -95,7 +99,11 @@ class FileSaver:
         st = f.st
         if f.kind != "f" or f.group is not None or f.snapshot or st is None or f.source is None:
             return None
-        if not 0 < f.size < self.step or self._hit(f.rel, st) is not None:
+        if not 0 < f.size < self.step:
+            return None
+        hit = self._hit(f.rel, st)
+        if hit is not None:
+            self._hits[f.rel] = hit  # for :meth:`_store`, with the same stat
             return None
         path = os.fsencode(f.source)
         return path if len(path) <= 0xFFFF else None
@@ -120,7 +128,7 @@ class FileSaver:
                 st = os.lstat(f.source)  # type: ignore[arg-type]
         except FileNotFoundError:
             return None
-        hit = self._hit(f.rel, st)  # never a database's: _store_sqlite remembers none
+        hit = self._hits.pop(f.rel, None) or self._hit(f.rel, st)  # never a database's
         if hit is not None and w.add_known(path, mode, st.st_size, hit[1]):
             # unchanged since a read the stat still vouches for: not even opened
             self.vouched = st.st_mtime_ns == f.mtime_ns and st.st_size == f.size

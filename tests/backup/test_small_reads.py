@@ -25,6 +25,7 @@ from lnk.backup import small_reads as S
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.file_reads import FileSaver
+from lnk.backup.filecache import ChunkCache
 from lnk.backup.pack import aad_of, blob_name
 from lnk.backup.read_ahead import ReadAhead
 from lnk.payload.walk import SQLITE_MAGIC, WalkedFile
@@ -298,3 +299,31 @@ def test_the_read_ahead_hands_items_on_in_walk_order_within_its_bounds(size: int
     assert asked == [f.rel.encode() for f in walked if f.kind == "f"]
     # it did read ahead, as far as its bounds let it
     assert waiting_max >= min(RA.AHEAD - 1, RA.AHEAD_BYTES // size)
+
+
+def test_a_file_the_chunk_cache_knows_is_looked_up_once(
+    src: Machine, local_url: str, read_ahead_at_once: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a folder walked file by file (one file changed), each unchanged file is found
+    in the chunk cache when the read-ahead asks whether to read it, and that answer is
+    the one used: one lookup a file, not one there and one again when it is stored."""
+    a = sample_agent(src)
+    big_source(a)
+    backup_agent(src, a, local_url)
+    write(a.folders.home / "src" / "pkg1" / "m4.py", b"x = 'changed'\n")
+    for i in range(6):  # new files first in the walk: the second process starts
+        write(a.folders.home / "a-new" / f"n{i}.txt", f"new {i}\n".encode())
+    read_ahead_at_once.clear()
+    asked: list[str] = []
+    real = ChunkCache.file
+
+    def file(self: ChunkCache, rel: str, st: os.stat_result) -> object:
+        asked.append(rel)
+        return real(self, rel, st)
+
+    monkeypatch.setattr(ChunkCache, "file", file)
+    rep = backup_agent(src, a, local_url)
+    assert rep.new_blobs >= 1 and read_ahead_at_once  # it read ahead
+    unchanged = [f"Home/src/pkg1/m{i}.py" for i in range(9) if i != 4]
+    assert set(unchanged) <= set(asked)  # walked file by file, found in the cache
+    assert {rel: asked.count(rel) for rel in unchanged} == dict.fromkeys(unchanged, 1)
