@@ -36,7 +36,24 @@ def kill_master(args: list[str]) -> None:
     if m is None:
         sys.stderr.write(f"sshfault: no master to kill: {r.stderr}\n")
         sys.exit(254)
-    os.kill(int(m.group(1)), signal.SIGKILL)
+    pid = int(m.group(1))
+    os.kill(pid, signal.SIGKILL)
+    gone(pid)
+
+
+def gone(pid: int) -> None:
+    """Wait until ``pid`` has exited (gone or a zombie): until then its control socket
+    still accepts, and a step started meanwhile would connect to a dying master, fail
+    its handshake and go direct instead of opening the next master."""
+    for _ in range(2000):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rpartition(")")[2].split()[0]
+        except OSError:
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
 
 
 def wait_running(words: list[str]) -> None:
