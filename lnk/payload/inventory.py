@@ -39,12 +39,28 @@ def held_whole(
 
 
 def sizes_of(paths: Iterable[str]) -> dict[str, int]:
-    """For each folder, how many of ``paths`` lie inside it at any depth."""
-    n: dict[str, int] = {}
+    """For each folder, how many of ``paths`` lie inside it at any depth.
+
+    Counted by parent first, then each parent's count added to its ancestors: one
+    split a path and one walk up a folder (a file's ancestors are its parent and
+    the parent's), not a walk up from every file."""
+    direct: dict[str, int] = {}
     for rel in paths:
-        for a in ancestors(rel):
-            n[a] = n.get(a, 0) + 1
+        parent = _parent(rel)
+        if parent:
+            direct[parent] = direct.get(parent, 0) + 1
+    n: dict[str, int] = {}
+    for folder, k in direct.items():
+        n[folder] = n.get(folder, 0) + k
+        for a in ancestors(folder):
+            n[a] = n.get(a, 0) + k
     return n
+
+
+def _parent(rel: str) -> str:
+    """The first of ``ancestors(rel)``, or "" when it has none."""
+    i = rel.rfind("/")
+    return rel[:i] if i > 0 else ""
 
 
 def ancestors(rel: str) -> Iterable[str]:
@@ -59,6 +75,23 @@ def ancestors(rel: str) -> Iterable[str]:
 def under_any(rel: str, folders: dict[str, str]) -> bool:
     """Whether the path lies inside one of ``folders``."""
     return any(a in folders for a in ancestors(rel))
+
+
+def outside(items: Iterable[tuple[str, str]], folders: dict[str, str]) -> list[str]:
+    """The first of each ``(value, path)`` whose path lies inside none of ``folders``
+    (:func:`under_any`), each parent folder decided once."""
+    inside: dict[str, bool] = {}
+    kept: list[str] = []
+    for value, rel in items:
+        parent = _parent(rel)
+        got = inside.get(parent)
+        if got is None:
+            got = inside[parent] = bool(parent) and (
+                parent in folders or under_any(parent, folders)
+            )
+        if not got:
+            kept.append(value)
+    return kept
 
 
 class Inventory:

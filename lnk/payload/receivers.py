@@ -31,7 +31,7 @@ from lnk.payload import safefs
 from lnk.payload.digests import index_tree
 from lnk.payload.folders import WHOLE_MAX
 from lnk.payload.hashcache import HashCache
-from lnk.payload.inventory import Inventory, held_whole, sizes_of, under_any
+from lnk.payload.inventory import Inventory, held_whole, outside, sizes_of
 from lnk.payload.kept import ChangeRecorder, record_changes
 
 RECEIVER_PREFIX = "rcv-"
@@ -161,7 +161,7 @@ class Receiver:
                     rows = con.execute("SELECT sha, rel FROM c").fetchall()
                     sizes = sizes_of([rel for _sha, rel in rows] + list(dirs))
                     dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
-                    shas += [sha for sha, rel in rows if not under_any(rel, dirs)]
+                    shas += outside(rows, dirs)
             finally:
                 con.close()
         inv = Inventory.of(s for s in shas if len(s) == 64)
