@@ -27,8 +27,11 @@ from lnk.sandbox.unixsock import connect_unix
 CHUNK = 64 * 1024
 SPLICE_CHUNK = 1 << 20
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-# move pages rather than copy where the kernel can; more is coming (measured: about 1.4x)
-_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_MORE", 4)
+# move pages rather than copy where the kernel can.  Never SPLICE_F_MORE: into a TCP
+# socket it corks the last partial segment until more comes or 200 ms pass, so every
+# answer's tail through the relay or the model proxy waited 200 ms (a status, which
+# asks twice, took 0.41 s instead of 2 ms)
+_FLAGS = getattr(os, "SPLICE_F_MOVE", 1)
 
 
 def _splice(src: socket.socket, dst: socket.socket, counter: list[int] | None, idx: int) -> None:

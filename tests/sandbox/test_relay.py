@@ -127,3 +127,36 @@ def test_a_link_planted_in_the_net_folder_is_not_followed(
         assert conns == [1]
     finally:
         relay.stop()
+
+
+def test_nothing_is_corked_on_the_way_out(
+    echo_sock: tuple[Path, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every splice says nothing more is coming (no SPLICE_F_MORE): into a TCP socket that
+    flag holds an answer's last partial segment back until the kernel's 200 ms timer, so
+    each small answer through the relay or the model proxy would wait that long."""
+    from lnk.sandbox import relay as relay_mod
+
+    flags: list[int] = []
+    real = os.splice
+
+    def spy(src: int, dst: int, count: int, *args: object, **kw: object) -> int:
+        flags.append(int(kw.get("flags", 0)))  # type: ignore[call-overload]
+        return real(src, dst, count, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relay_mod.os, "splice", spy)
+    path, _ = echo_sock
+    relay = TcpToUnixRelay(0, path)
+    relay.start()
+    try:
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as c:
+            for word in (b"head\r\n", b"body"):
+                c.sendall(word)
+                got = b""
+                while len(got) < len(word):
+                    got += c.recv(64)
+                assert got == word
+    finally:
+        relay.stop()
+    assert flags, "the relay did not splice"
+    assert not [f for f in flags if f & getattr(os, "SPLICE_F_MORE", 4)]
