@@ -12,7 +12,10 @@ The key is read from a file (bound read-only into the sandbox), never argv.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
+import socket
+import socketserver
 import sys
 import threading
 from pathlib import Path
@@ -34,7 +37,7 @@ def serve(args: argparse.Namespace) -> int:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("signal %s, stopping", signum)
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        threading.Thread(target=shut_down, args=(server,), daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -54,6 +57,29 @@ def serve(args: argparse.Namespace) -> int:
             log.info("a turn was still running at the stop; the next start finishes it")
         server.server_close()
     return 0
+
+
+def shut_down(server: socketserver.BaseServer) -> None:
+    """Stop ``serve_forever`` now: its loop sees a stop only when its ``select`` returns,
+    which is at its next poll (up to 0.2 s later: every stop, so every move's pause,
+    waited for it) unless a connection wakes it; so knock until it has stopped."""
+    t = threading.Thread(target=server.shutdown, daemon=True)
+    t.start()
+    while t.is_alive():
+        knock(server)
+        t.join(0.02)
+
+
+def knock(server: socketserver.BaseServer) -> None:
+    """Connect to the server's own listening socket and hang up (it answers nothing)."""
+    if not isinstance(server, socketserver.TCPServer):
+        return
+    with (
+        contextlib.suppress(OSError),
+        socket.socket(server.address_family, socket.SOCK_STREAM) as s,
+    ):
+        s.settimeout(0.5)
+        s.connect(server.server_address)
 
 
 def main(argv: list[str] | None = None) -> int:
