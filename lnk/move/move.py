@@ -158,22 +158,24 @@ def _move(
     )
     word = ready.mover_model(machine, where, choice)
     early: steps.EarlyDigests | None = None
+    questions = ThreadPoolExecutor(3, "lnk-move-ask")
     try:
         early = steps.EarlyDigests(ends.src, name)  # the sender's walk beside the prepare
+        asked = ready.ask_source(questions, ends, where)  # and the small questions there
         prep = steps.prepare(machine, ends.dst, name, where.id, where.here, ready.model_args(word))
         e.set(phase="prepared", receiver=prep.receiver, dst_had_agent=prep.has_agent)
         # what the agent needs there, settled while nothing is sent
         ready.check_harness(where, ends, prep, st.harness, to)
-        ready.check_grants(machine, ends, where, prep, say)
+        ready.check_grants(machine, ends, where, prep, say, asked)
         ready.check_model(where, ends, prep, choice)
-        carried = ready.carry_secrets(ends, where)
+        carried = ready.carry_secrets(ends, where, asked)
         if carried:
             say(f"{name}'s keys go with it to {ends.dst.name}: {', '.join(carried)}")
         gave = ready.settle_key(e, ends, where, prep, choice, carried, ask)
         if gave:
             say(f"{prep.model_key_env} for {name}'s model is kept on {ends.dst.name} ({gave})")
         say(f"{name} will think with {prep.model} on {ends.dst.name}")
-        schedule = ready.check_schedule(ends, where, carried, backup_schedule)
+        schedule = ready.check_schedule(ends, where, carried, backup_schedule, asked)
         fault("move:after-prepare")
         say(f"sending {name} from {ends.src.name} to {ends.dst.name} while it answers")
         inv = steps.inventory(ends, name, prep, early)
@@ -181,6 +183,7 @@ def _move(
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
     except BaseException as err:
+        questions.shutdown()  # the questions end before their connection may
         if early is not None:
             early.close()
         steps.abandon(ends.dst, e)
@@ -188,6 +191,7 @@ def _move(
             ready.forget_there(ends, e)
         e.remove()
         raise _as_lnk(err) from err
+    questions.shutdown()
     early.close()  # taken by the inventory, or not needed (the destination held nothing)
     with deferred_signals() as guard:
         try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 from lnk.agents import grants, policy, registry
@@ -75,16 +76,50 @@ def _deny_hint(where: Whereabouts, flags: list[str]) -> str:
     return f"lnk {line}" if where.here else f"lnk box run {where.place} -- {line}"
 
 
+@dataclass
+class Asked:
+    """What the checks before the bulk ask where the agent is (its grants, unless it is
+    here; its keys' names; its backup schedule): asked at once, beside the destination's
+    prepare, so no small step waits for another.  Each answer, or its error, is taken
+    where it is needed, in the order the checks always ran."""
+
+    grants: Future[bytes] | None
+    secrets: Future[SecretNames]
+    schedule: Future[ScheduleAnswer]
+
+
+def ask_source(pool: Executor, ends: Ends, where: Whereabouts) -> Asked:
+    """Start the three questions (``pool`` has a thread for each)."""
+    name = where.name
+    shown = ["agent", "show", "--agent", name, "--grants"]
+    return Asked(
+        None if where.here else pool.submit(lambda: ends.src.run(shown).stdout),
+        pool.submit(
+            ends.src.ask, ["agent", "secret", "list", "--agent", name, "--json"], SecretNames
+        ),
+        pool.submit(
+            ends.src.ask,
+            ["agent", "backup", "schedule", "--agent", name, "--show", "--json"],
+            ScheduleAnswer,
+        ),
+    )
+
+
 def check_grants(
-    machine: Machine, ends: Ends, where: Whereabouts, prep: Prepared, say: Callable[[str], None]
+    machine: Machine,
+    ends: Ends,
+    where: Whereabouts,
+    prep: Prepared,
+    say: Callable[[str], None],
+    asked: Asked,
 ) -> None:
     """Refuse a move whose grants the destination's sandbox can't hold."""
     if prep.enforces is None:
         return  # an lnk that doesn't say: its start refuses what it can't hold, as before
-    if where.here:
+    if asked.grants is None:
         spec = grants.read_spec(machine.folders(where.name).sandbox_toml)
     else:
-        text = ends.src.run(["agent", "show", "--agent", where.name, "--grants"]).stdout
+        text = asked.grants.result()
         spec = grants.spec_from_data(
             policy.filter_from_stream(text.decode("utf-8", "replace")).grants, "the grants"
         )
@@ -129,9 +164,9 @@ def check_model(where: Whereabouts, ends: Ends, prep: Prepared, choice: ModelCho
     )
 
 
-def carry_secrets(ends: Ends, where: Whereabouts) -> list[str]:
+def carry_secrets(ends: Ends, where: Whereabouts, asked: Asked) -> list[str]:
     """Every key of the agent, piped from where it is to where it goes (fd to fd)."""
-    held = ends.src.ask(["agent", "secret", "list", "--agent", where.name, "--json"], SecretNames)
+    held = asked.secrets.result()
     if held.secrets:
         pipe(
             ends.src,
@@ -205,13 +240,12 @@ def schedule_args(name: str, sched: BackupSchedule) -> list[str]:
 
 
 def check_schedule(
-    ends: Ends, where: Whereabouts, carried: list[str], install: bool
+    ends: Ends, where: Whereabouts, carried: list[str], install: bool, asked: Asked
 ) -> BackupSchedule | None:
     """The agent's backup schedule where it is; with ``install``, refused before the bulk
     when the bucket needs a key of the agent's own (one that reaches its objects only,
     docs/buckets.md) and the agent has none."""
-    args = ["agent", "backup", "schedule", "--agent", where.name, "--show", "--json"]
-    sched = ends.src.ask(args, ScheduleAnswer).schedule
+    sched = asked.schedule.result().schedule
     if sched is None or not install:
         return sched
     if sched.url.startswith("s3://") and not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(
