@@ -315,8 +315,13 @@ class ServerReady(Answer):
     (:mod:`lnk.transport.served`)."""
 
     WHAT: ClassVar[str] = "server"
+    OMIT_NONE: ClassVar[bool] = True
     socket: str
     pid: int
+    # the lnk serving (as ``lnk version --json`` says it), so a move needs no version
+    # step first (None from an older lnk, which did not say)
+    version: str | None = None
+    stream_format: int | None = None
 
 
 MAX_FOLDERS = 4_000_000  # folders in one StateDigests

@@ -59,7 +59,9 @@ def _register() -> None:
 def serve(stop: bool, idle: float | None, as_json: bool) -> None:
     """Start this machine's lnk server for a move's steps (docs/boxes.md): here, as the
     exit point, since each step it forks runs :func:`main`."""
+    import lnk
     from lnk.cli.output import emit_json, out
+    from lnk.formats import FORMAT as STREAM_FORMAT
     from lnk.protocol import ServerReady
     from lnk.transport import server
 
@@ -73,7 +75,7 @@ def serve(stop: bool, idle: float | None, as_json: bool) -> None:
         os.kill(pid, signal.SIGTERM)
         return
     path, pid = server.start(_run_step, server.IDLE_S if idle is None else idle)
-    ready = ServerReady(path, pid)
+    ready = ServerReady(path, pid, lnk.__version__, STREAM_FORMAT)
     if as_json:
         emit_json(ready.to_json())
     else:

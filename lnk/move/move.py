@@ -57,6 +57,15 @@ def _current(machine: Machine, place: str, say: Say, leg: Leg | None = None) -> 
 
 
 def _ready_end(machine: Machine, place: str, say: Say, leg: Leg | None = None) -> Leg:
+    """The place's leg, its lnk current and its server started: at an SSH box first as
+    one step (its server's answer says which lnk it is); if that lnk is not this one, or
+    it started no server, its version is checked (and upgraded) and then the server."""
+    if place != HERE:
+        box = boxes.get(place)
+        if box.local is None:
+            fast = box.leg()
+            if fast.warm_if(boxes.serves_this_lnk):
+                return fast
     got = _current(machine, place, say, leg)
     got.warm()
     return got

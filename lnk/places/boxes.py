@@ -34,7 +34,7 @@ from lnk.agents.settings import check_name
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
 from lnk.places.wheel import build_wheel, install_wheel
-from lnk.protocol import Version, decode
+from lnk.protocol import ServerReady, Version, decode
 from lnk.transport.legs import Leg, LocalLeg, SshLeg
 
 _registry_lock = threading.Lock()
@@ -299,6 +299,11 @@ def _add_ssh(box: Box, install: bool) -> AddReport:
 
 
 # --- a move's box: current before it sends -----------------------------------
+
+
+def serves_this_lnk(ready: ServerReady) -> bool:
+    """Whether a box's lnk server runs exactly this lnk (release and stream format)."""
+    return ready.version == lnk.__version__ and ready.stream_format == STREAM_FORMAT
 
 
 def ensure_current(box: Box, *, install: bool = True) -> AddReport:

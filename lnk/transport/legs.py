@@ -43,6 +43,11 @@ from lnk.transport.process import MAX_ANSWER, LegProcess, Stdin, Stdout, feed, r
 SERVE = ("box", "serve", "--json")
 SERVE_STOP = ("box", "serve", "--stop")
 
+
+class _NotCurrent(Exception):
+    """A server started for :meth:`Leg.warm_if` whose lnk is not the one wanted."""
+
+
 SSH_FAILED = 255
 """ssh's own exit status when it could not connect or the connection broke."""
 
@@ -105,9 +110,29 @@ class Leg:
         step); outside one, nothing."""
         share.server(self.server_key(), self._serve)
 
-    def _serve(self) -> tuple[str, Callable[[], None]] | None:
+    def warm_if(self, current: Callable[[ServerReady], bool]) -> bool:
+        """Inside a shared block, start this place's lnk server, and keep it only if the lnk
+        serving is ``current`` (its answer says its version): one step where a version
+        check and then a start were two.  False, and nothing kept or remembered, when it
+        is not (or none started, or no block is open): the caller checks the version
+        itself, and a later :meth:`warm` starts the server again."""
+
+        def start() -> tuple[str, Callable[[], None]] | None:
+            got = self._serve(current)
+            if got is None:
+                raise _NotCurrent
+            return got
+
+        with contextlib.suppress(_NotCurrent):
+            return share.server(self.server_key(), start) is not None
+        return False
+
+    def _serve(
+        self, current: Callable[[ServerReady], bool] | None = None
+    ) -> tuple[str, Callable[[], None]] | None:
         """Start this place's lnk server: its socket and how to stop it, or None (an lnk
-        without one, or any failure: the steps then run as plain processes)."""
+        without one, any failure: the steps then run as plain processes; or one started
+        but not ``current``, stopped again)."""
         try:
             r = self._run(self.argv(SERVE, served=False), list(SERVE), None, True, False)
             if r.returncode != 0:
@@ -121,6 +146,9 @@ class Leg:
             with contextlib.suppress(LnkError, OSError):
                 self._run(argv, list(SERVE_STOP), None, True, False)
 
+        if current is not None and not current(ready):
+            stop()
+            return None
         return ready.socket, stop
 
     def run(

@@ -94,9 +94,13 @@ def test_a_newer_box_of_another_stream_format_is_refused(ssh_world: World, tmp_p
     """A box whose lnk is newer and speaks another format can't be upgraded by this one."""
     agent_id = make_agent(ssh_world)
     fake = tmp_path / "new-lnk"
+    # it says so when asked its version, and when its server starts (a move's first step)
     fake.write_text(
         '#!/bin/sh\nif [ "$1" = version ]; then\n'
         '  echo \'{"version": "99.0", "stream_format": 5}\'; exit 0\nfi\n'
+        'case " $* " in *" box serve --json "*)\n'
+        '  lnk "$@" | python3 -c \'import json, sys; d = json.load(sys.stdin); '
+        'd.update(version="99.0", stream_format=5); print(json.dumps(d))\'; exit ;;\nesac\n'
         'exec lnk "$@"\n'
     )
     fake.chmod(0o755)

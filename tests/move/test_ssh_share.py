@@ -86,6 +86,10 @@ def test_a_moves_steps_share_one_connection(
         assert r.code == 0, r.err
         steps = steps_logged(tmp_path)
         assert len(steps) >= 5, steps  # status, prepare, inventory, bulk, ... start
+        # the box's server, started first, says which lnk it is: no version step before it
+        commands = [s["args"][-1] for s in steps]
+        assert "box serve --json" in commands[0], commands
+        assert not any(c.split()[-2:] == ["version", "--json"] for c in commands), commands
         assert accepted(ssh_hosts, box) - before == 1
         folders = {s["folder"] for s in steps}
         assert len(folders) == 1 and None not in folders
