@@ -32,6 +32,9 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 PERSIST_S = 30
 """How long an idle master lives on when lnk did not close it (lnk was killed)."""
@@ -141,8 +144,7 @@ def shared() -> Iterator[Path | None]:
                 _servers.clear()
                 _starting.clear()
         if last:
-            for stop in stops:  # over the shared connections, before they close
-                stop()
+            _each(stops, lambda stop: stop())  # over the shared connections, before they close
         with _lock:
             _depth -= 1
             last = _depth == 0
@@ -157,19 +159,37 @@ def shared() -> Iterator[Path | None]:
 def close(where: Path, opened: list[tuple[tuple[str, ...], str]]) -> None:
     """Close every master whose socket is in ``where`` (``ssh -O exit``), then remove
     the folder.  A master already gone is nothing to close."""
+
+    def exit_master(master: tuple[tuple[str, ...], str]) -> None:
+        ssh, destination = master
+        argv = [*ssh, "-o", f"ControlPath={where}/%C", "-O", "exit", destination]
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=_CLOSE_TIMEOUT_S,
+                check=False,
+            )
+
     try:
         if any(where.iterdir()):
-            for ssh, destination in opened:
-                argv = [*ssh, "-o", f"ControlPath={where}/%C", "-O", "exit", destination]
-                with contextlib.suppress(OSError, subprocess.SubprocessError):
-                    subprocess.run(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        timeout=_CLOSE_TIMEOUT_S,
-                        check=False,
-                    )
+            _each(opened, exit_master)
     except OSError:
         pass
     shutil.rmtree(where, ignore_errors=True)
+
+
+def _each(items: list[T], do: Callable[[T], None]) -> None:
+    """``do`` each item, all at once (a box's server stop or master exit is a round trip
+    of its own: the two ends' need not wait for each other), and wait for all."""
+    if len(items) <= 1:
+        for item in items:
+            do(item)
+        return
+    threads = [threading.Thread(target=do, args=(item,), daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
