@@ -205,17 +205,26 @@ class Indexed(Files):
         return f.sha256 or (EMPTY_SHA if f.size == 0 else "")
 
     def remembered(self, fr: _Dir, names: set[str]) -> bool:
+        # the folder's cache rows, compared here as HashCache.lookup does (not the
+        # cache's own lookup, which a kept folder's overrides to note changes)
+        cached = self.cache.rows_of(fr.rel)
         rows: list[tuple[str, str, str]] = []
         for name, st, sub in fr.seen:
             if sub is not None or not stat.S_ISREG(st.st_mode) or _sidecar(name, names):
                 continue
-            rel = f"{fr.rel}/{name}"
-            sha = HashCache.lookup(self.cache, rel, st)
-            if sha is None and st.st_size == 0:
+            row = cached.get(name)
+            if row is not None and row[:4] == (
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+            ):
+                sha = row[4]
+            elif st.st_size == 0:
                 sha = EMPTY_SHA
-            if sha is None:
+            else:
                 return False  # its row is gone: the folder is read as if not remembered
-            rows.append((sha, f"{fr.path}/{name}", rel))
+            rows.append((sha, f"{fr.path}/{name}", f"{fr.rel}/{name}"))
         for row in rows:
             self.note(*row)
         return True
