@@ -225,8 +225,8 @@ class Indexed(Files):
             else:
                 return False  # its row is gone: the folder is read as if not remembered
             rows.append((sha, f"{fr.path}/{name}", f"{fr.rel}/{name}"))
-        for row in rows:
-            self.note(*row)
+        for noted in rows:
+            self.note(*noted)
         return True
 
 
