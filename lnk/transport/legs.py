@@ -135,8 +135,15 @@ class Leg:
         but not ``current``, stopped again)."""
         try:
             r = self._run(self.argv(SERVE, served=False), list(SERVE), None, True, False)
-            if r.returncode != 0:
-                return None
+        except LnkError:
+            return None
+        if r.returncode == SSH_FAILED and current is not None:
+            # the box does not answer: said now, as the version check would say it, not
+            # found again by a second try (a dead box's connection timeout, twice)
+            self.check(r.returncode, r.stderr.decode("utf-8", "replace"))
+        if r.returncode != 0:
+            return None
+        try:
             ready = decode(r.stdout, ServerReady, self.name)
         except LnkError:
             return None

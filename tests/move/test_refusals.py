@@ -90,6 +90,26 @@ def test_a_box_that_stops_answering(ssh_world: World, tmp_path: Path) -> None:
     _answers_here(ssh_world, agent_id)
 
 
+def test_a_box_that_does_not_answer_is_tried_once(ssh_world: World, tmp_path: Path) -> None:
+    """A move to a box that does not answer fails at its first step (its server's start,
+    which is also the version check) with ssh's own line, and tries no second connection:
+    behind a dead box each try is a connection timeout."""
+    agent_id = make_agent(ssh_world)
+    tries = tmp_path / "tries"
+    fake = tmp_path / "ssh-down"
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> "{tries}"\n'
+        'echo "ssh: connect to host hostA port 22: Connection timed out" >&2\nexit 255\n'
+    )
+    fake.chmod(0o755)
+    env = {"LNK_SSH_COMMAND": str(fake)}
+    r = ssh_world.lnk("agent", "move", "--agent", AGENT, "--to", "hostA", env=env)
+    assert r.code != 0 and r.err.count("lnk: error:") == 1 and "Traceback" not in r.err, r.err
+    assert "Connection timed out" in r.err, r.err
+    assert len(tries.read_text().splitlines()) == 1, tries.read_text()
+    _answers_here(ssh_world, agent_id)
+
+
 def test_a_newer_box_of_another_stream_format_is_refused(ssh_world: World, tmp_path: Path) -> None:
     """A box whose lnk is newer and speaks another format can't be upgraded by this one."""
     agent_id = make_agent(ssh_world)
