@@ -1,7 +1,8 @@
-"""The built-in harness stops as soon as it is told, whatever its loop's poll interval.
+"""The built-in harness, and the Hermes adapter's endpoint, stop as soon as they are
+told, whatever their loop's poll interval.
 
 ``serve_forever`` notices a stop only when its ``select`` returns; ``shut_down``
-knocks on the server's own socket so it returns at once.  With a poll of an
+(lnk_hermes: ``stop_now``) knocks on the server's own socket so it returns at once.  With a poll of an
 hour, a stop that did not knock would not end within the join's guard below.
 """
 
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import socketserver
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from lnk_hermes.serve import stop_now
 
 from lnk.harness.__main__ import shut_down
 
@@ -21,8 +24,11 @@ class _Quiet(socketserver.BaseRequestHandler):
         self.request.recv(1)
 
 
+@pytest.mark.parametrize("stop", [shut_down, stop_now], ids=["builtin", "hermes"])
 @pytest.mark.parametrize("kind", ["tcp", "unix"])
-def test_a_stop_ends_the_loop_without_waiting_for_its_poll(kind: str, tmp_path: Path) -> None:
+def test_a_stop_ends_the_loop_without_waiting_for_its_poll(
+    kind: str, stop: Callable[[socketserver.BaseServer], None], tmp_path: Path
+) -> None:
     server: socketserver.TCPServer
     if kind == "tcp":
         server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Quiet)
@@ -34,7 +40,7 @@ def test_a_stop_ends_the_loop_without_waiting_for_its_poll(kind: str, tmp_path: 
     )
     loop.start()
     try:
-        threading.Thread(target=shut_down, args=(server,), daemon=True).start()
+        threading.Thread(target=stop, args=(server,), daemon=True).start()
         loop.join(60)
         assert not loop.is_alive(), "the loop waited for its next poll"
     finally:

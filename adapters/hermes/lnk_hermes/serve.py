@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import socket
 import socketserver
 import subprocess
 import sys
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         server = ThreadingHTTPServer(("127.0.0.1", a.port), handler)
 
     def on_signal(signum: int, frame: object) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        threading.Thread(target=stop_now, args=(server,), daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -294,6 +295,23 @@ def main(argv: list[str] | None = None) -> int:
     server.server_close()  # no new connection; the turns under way end and answer
     hermes.wait_idle(STOP_WAIT_S)
     return 0
+
+
+def stop_now(server: socketserver.BaseServer) -> None:
+    """End ``serve_forever`` at once: it notices a stop only when its ``select`` wakes,
+    at its next poll (half a second: every stop of the agent, a move's pause too, waited
+    for it), so connect to its own socket until it has ended."""
+    ending = threading.Thread(target=server.shutdown, daemon=True)
+    ending.start()
+    while ending.is_alive():
+        if isinstance(server, socketserver.TCPServer):
+            try:
+                with socket.socket(server.address_family) as s:
+                    s.settimeout(0.5)
+                    s.connect(server.server_address)
+            except OSError:
+                pass
+        ending.join(0.02)
 
 
 if __name__ == "__main__":
