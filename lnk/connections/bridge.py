@@ -218,6 +218,42 @@ class Bridge:
         return 0
 
 
+def end_on_signals(gate: Gate, then: Callable[[], None]) -> None:
+    """End ``gate`` (then call ``then``) on SIGTERM or SIGINT, from a thread of its own.
+
+    Not in a Python signal handler: that runs in the main thread between two of its
+    bytecodes, maybe while the main thread is inside the gate's Event (its loop waits on
+    it four times a second, and holds the Event's lock for a moment each time); setting
+    the Event there then waits for a lock its own thread holds, for ever.  Seen: a stop
+    right after a start that waited the runner's 30 s and was killed.  The signal's
+    number reaches the thread through the wakeup fd, written by the C-level handler."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)  # before the handlers: no signal is taken and lost
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, _noted)
+
+    def wait() -> None:
+        while True:
+            try:
+                got = os.read(wake_r, 64)
+            except InterruptedError:
+                continue
+            if not got:
+                return
+            ends = [n for n in got if n in (signal.SIGTERM, signal.SIGINT)]
+            if ends:
+                gate.end(f"signal {ends[0]}")
+                then()
+                return
+
+    threading.Thread(target=wait, name="signals", daemon=True).start()
+
+
+def _noted(signum: int, frame: FrameType | None) -> None:
+    """A signal's Python handler: nothing (its number went to the wakeup fd)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[1].isdigit():
@@ -243,13 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     gate = Gate(fence)
     bridge = Bridge(agent, gate, key, log)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        gate.end(f"signal {signum}")
+    def on_end() -> None:
         if bridge.telegram is not None:
             bridge.telegram.api.abort()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    end_on_signals(gate, on_end)
     pidfile = agent.runtime / "bridge.pid"
     # whole or not at all: a reader (the runner's cleanup, a status) never finds it empty
     part = pidfile.with_name(f".bridge.pid.{os.getpid()}")
