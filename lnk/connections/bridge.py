@@ -26,7 +26,6 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from lnk import logs
@@ -41,6 +40,7 @@ from lnk.connections.telegram import TelegramWorker
 from lnk.connections.telegram_api import BotApi
 from lnk.errors import LnkError
 from lnk.harness.client import send_message
+from lnk.signals import on_signals
 
 TURN_S = 300.0
 CHECK_S = 0.25
@@ -218,42 +218,6 @@ class Bridge:
         return 0
 
 
-def end_on_signals(gate: Gate, then: Callable[[], None]) -> None:
-    """End ``gate`` (then call ``then``) on SIGTERM or SIGINT, from a thread of its own.
-
-    Not in a Python signal handler: that runs in the main thread between two of its
-    bytecodes, maybe while the main thread is inside the gate's Event (its loop waits on
-    it four times a second, and holds the Event's lock for a moment each time); setting
-    the Event there then waits for a lock its own thread holds, for ever.  Seen: a stop
-    right after a start that waited the runner's 30 s and was killed.  The signal's
-    number reaches the thread through the wakeup fd, written by the C-level handler."""
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)  # before the handlers: no signal is taken and lost
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, _noted)
-
-    def wait() -> None:
-        while True:
-            try:
-                got = os.read(wake_r, 64)
-            except InterruptedError:
-                continue
-            if not got:
-                return
-            ends = [n for n in got if n in (signal.SIGTERM, signal.SIGINT)]
-            if ends:
-                gate.end(f"signal {ends[0]}")
-                then()
-                return
-
-    threading.Thread(target=wait, name="signals", daemon=True).start()
-
-
-def _noted(signum: int, frame: FrameType | None) -> None:
-    """A signal's Python handler: nothing (its number went to the wakeup fd)."""
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[1].isdigit():
@@ -279,11 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     gate = Gate(fence)
     bridge = Bridge(agent, gate, key, log)
 
-    def on_end() -> None:
+    def on_signal(signum: int) -> None:
+        gate.end(f"signal {signum}")
         if bridge.telegram is not None:
             bridge.telegram.api.abort()
 
-    end_on_signals(gate, on_end)
+    # off the main thread: it waits on the gate's Event four times a second, and a Python
+    # handler setting that Event there could wait for ever for a lock the thread holds
+    on_signals(on_signal)
     pidfile = agent.runtime / "bridge.pid"
     # whole or not at all: a reader (the runner's cleanup, a status) never finds it empty
     part = pidfile.with_name(f".bridge.pid.{os.getpid()}")

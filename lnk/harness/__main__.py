@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import socket
 import socketserver
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 
 from lnk import logs
 from lnk.errors import LnkError
 from lnk.harness.server import HarnessConfig, make_server, probe_connect, read_key_file
+from lnk.signals import on_signals
 
 log = logs.get("harness")
 
@@ -35,12 +34,11 @@ def serve(args: argparse.Namespace) -> int:
     key = read_key_file(Path(args.key_file))
     server = make_server(config, key, port=args.port, unix=Path(args.unix) if args.unix else None)
 
-    def stop(signum: int, frame: FrameType | None) -> None:
+    def stop(signum: int) -> None:
         log.info("signal %s, stopping", signum)
-        threading.Thread(target=shut_down, args=(server,), daemon=True).start()
+        shut_down(server)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    on_signals(stop)  # not in a Python handler (lnk.signals)
     where = args.unix or f"127.0.0.1:{args.port}"
     log.info(
         "agent %s (%s) listening on %s, sandboxed=%s",

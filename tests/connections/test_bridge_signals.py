@@ -1,10 +1,11 @@
-"""A signal ends the bridge even when it comes while the main thread is inside the gate's
-Event (its loop waits on it four times a second and holds the Event's lock a moment each
-time).  A Python handler that set the Event there waited for a lock its own thread held:
-the bridge never ended, and its runner killed it after 30 s.
+"""SIGTERM ends the bridge even when it comes while the main thread is inside the gate's
+Event (lnk.signals).
 
-The window is made wide on purpose: a real process holds the Event's lock, sends itself
-SIGTERM and sleeps with the lock held, which is where a Python handler would run.
+The bridge's loop waits on that Event four times a second and holds the Event's lock a
+moment each time.  A Python handler that set the Event there waited for a lock its own
+thread held: the bridge never ended and its runner killed it after 30 s (seen once).
+The window is made wide on purpose: a real process holds the lock, sends itself SIGTERM
+and sleeps, which is where a Python handler would run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 CHILD = """
 import os, signal, time
-from lnk.connections.bridge import end_on_signals
+from lnk.signals import on_signals
 from lnk.connections.fence import Gate
 
 class Open:  # a fence that lets the bridge act: only the signal ends it
@@ -23,7 +24,7 @@ class Open:  # a fence that lets the bridge act: only the signal ends it
 
 gate = Gate(Open())
 ended = []
-end_on_signals(gate, lambda: ended.append(1))
+on_signals(lambda n: (gate.end(f'signal {n}'), ended.append(1)))
 with gate.stop._cond:  # the main thread inside the Event
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.5)  # a Python handler runs here, in this thread, the lock held
