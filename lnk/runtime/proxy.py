@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import socket
 import ssl
 import sys
@@ -45,6 +44,7 @@ from lnk.runtime.egress import LivePolicy, Policy
 from lnk.runtime.httphead import BadRequest, Head, parse_head, read_head
 from lnk.runtime.proxy_log import keep_refusal, print_log, refusal, size_text
 from lnk.sandbox.relay import pump
+from lnk.signals import on_signals
 
 SOCKET_NAME = "proxy.sock"
 MODEL_PREFIX = model_route.PREFIX
@@ -370,8 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     proxy = AgentProxy(Path(args[0]), Path(args[1]), runtime=Path(args[2]) if args[2:] else None)
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    on_signals(lambda _signum: done.set())  # the Event set outside a handler (lnk.signals)
     proxy.start()
     print_log(f"lnk proxy: listening on {args[0]}")
     done.wait()

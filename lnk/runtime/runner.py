@@ -28,7 +28,6 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 from lnk.agents import registry, secrets
 from lnk.agents.grants import Spec
@@ -52,6 +51,7 @@ from lnk.runtime.startup import (
 from lnk.sandbox import bwrap, limits
 from lnk.sandbox.relay import TcpToUnixRelay
 from lnk.sandbox.unixsock import connect_unix
+from lnk.signals import on_signals
 
 STOP_TIMEOUT_S = 70.0  # the harness lets a running turn end (up to 60 s)
 
@@ -383,12 +383,13 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     runner = Runner(agent)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int) -> None:
         log(f"signal {signum}")
         runner.stopping.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # not in a Python handler: one that printed while the main thread was printing a line
+    # raised "reentrant call" there, in the middle of whatever it was doing (lnk.signals)
+    on_signals(on_signal)
     return runner.run()
 
 
