@@ -39,6 +39,9 @@ FORMAT = "lnk-backup"
 VERSION = 1
 CHUNK_SIZE = 1024 * 1024
 PACK_SIZE = 16 * 1024 * 1024
+# what a config may say (it is plaintext in the bucket, not authenticated): a chunk is
+# read whole and sent to the sealing process with a u32 length, a pack is held whole
+SIZES = {"chunk_size": (64 << 10, 16 << 20), "pack_size": (1 << 20, 256 << 20)}
 ENVELOPE_MAGIC = b"LNKBKE1\n"
 FETCHERS = 8  # concurrent GETs of small objects (indexes, snapshots)
 INDEX_SLICE = 8  # index documents fetched and held at once (at 32, memray found about
@@ -163,6 +166,16 @@ class Repository:
             )
         if not isinstance(config.get("id"), str) or "owner" not in config:
             raise BackupError(f"the config of {bucket.describe()} is damaged")
+        for key, (low, high) in SIZES.items():
+            size = config.get(key)
+            if key in config and (
+                not isinstance(size, int) or isinstance(size, bool) or not low <= size <= high
+            ):
+                raise BackupError(
+                    f"the config of {bucket.describe()} is damaged: its {key} is not a "
+                    f"whole number from {low} to {high}",
+                    hint="the bucket's config was changed by someone other than lnk",
+                )
         return dict(config)
 
     def unlock(

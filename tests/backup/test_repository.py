@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
 from datetime import UTC, datetime, timedelta
@@ -322,3 +323,32 @@ def test_the_line_of_an_agent_file_is_known_to_readers_that_skip_it(
     reader = SnapshotReader(Repository.open(bucket, receiver_key=owner), snap)
     assert [e.path for e in reader.entries()] == ["agent/Home/a.txt", "agentish/b", "agent/blob"]
     assert [e.path for e in reader.entries(skip=AGENT_FILE_LINE)] == ["agentish/b", "agent/blob"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("chunk_size", 1 << 40),  # each "small" file read whole: a machine's memory
+        ("chunk_size", 1 << 32),  # past the sealing process's u32
+        ("chunk_size", 0),
+        ("chunk_size", -1),
+        ("chunk_size", "1048576"),
+        ("chunk_size", True),
+        ("chunk_size", 1.5),
+        ("pack_size", 1 << 40),  # a pack is held whole before it goes
+        ("pack_size", None),
+    ],
+)
+def test_a_config_with_sizes_no_lnk_wrote_is_refused(
+    bucket: CountingBucket, owner: ReceiverKey, key: str, value: object
+) -> None:
+    """The config is plaintext in the bucket: whoever can write there can change its
+    sizes, and a writer would read and hold what they say. Refused, and nothing written."""
+    Repository.init(bucket, owner.public)
+    config = json.loads(bucket.get("config"))
+    config[key] = value
+    bucket.put("config", json.dumps(config).encode())
+    before = sorted(k for k, _ in bucket.list())
+    with pytest.raises(BackupError, match=f"config of .* is damaged: its {key} is not"):
+        Repository.open(bucket, receiver_key=owner)
+    assert sorted(k for k, _ in bucket.list()) == before
