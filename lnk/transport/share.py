@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -182,14 +183,7 @@ def close(where: Path, opened: list[tuple[tuple[str, ...], str]]) -> None:
 
 
 def _each(items: list[T], do: Callable[[T], None]) -> None:
-    """``do`` each item, all at once (a box's server stop or master exit is a round trip
-    of its own: the two ends' need not wait for each other), and wait for all."""
-    if len(items) <= 1:
-        for item in items:
-            do(item)
-        return
-    threads = [threading.Thread(target=do, args=(item,), daemon=True) for item in items]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    """``do`` each item at once (a box's server stop or master exit is a round trip of
+    its own: the two ends' need not wait for each other), and wait for all."""
+    with ThreadPoolExecutor(max(1, len(items)), "lnk-share-close") as pool:
+        list(pool.map(do, items))
