@@ -169,7 +169,7 @@ class FilesBackup:
             keep=self._keeper() if by_folder else None,
         )
         if by_folder:  # small files read by the second process once it runs
-            ahead = ReadAhead(lambda: self.w.reader, self.saver.readable, self._item)
+            ahead = ReadAhead(lambda: self.w.reader, self._readable, self._item)
             for f in items:
                 ahead.push(f)
             ahead.finish()
@@ -178,11 +178,20 @@ class FilesBackup:
             for f in items:
                 self._item(f, None)
 
+    def _skipped(self, f: WalkedFile) -> bool:
+        """A layout-1 repository holds the agent's Home only."""
+        return self.layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/"))
+
+    def _readable(self, f: WalkedFile) -> bytes | None:
+        """Where the second process may read ``f``: only a file :meth:`_item` stores (the
+        saver keeps what the chunk cache said of it until then)."""
+        return None if f.kind != "f" or f.kept or self._skipped(f) else self.saver.readable(f)
+
     def _item(self, f: WalkedFile, read: SmallRead | None) -> None:
         """One item of the walk, in walk order; ``read``: the file as read ahead."""
         if f.kind == "e":
             self._end(f)
-        elif self.layout == 1 and not (f.rel == "Home" or f.rel.startswith("Home/")):
+        elif self._skipped(f):
             return
         elif f.kept:
             self._whole(f)

@@ -322,8 +322,18 @@ def test_a_file_the_chunk_cache_knows_is_looked_up_once(
         return real(self, rel, st)
 
     monkeypatch.setattr(ChunkCache, "file", file)
+    savers: list[FileSaver] = []
+    real_init = FileSaver.__init__
+
+    def init(self: FileSaver, *args: object, **kw: object) -> None:
+        real_init(self, *args, **kw)  # type: ignore[arg-type]
+        savers.append(self)
+
+    monkeypatch.setattr(FileSaver, "__init__", init)
     rep = backup_agent(src, a, local_url)
     assert rep.new_blobs >= 1 and read_ahead_at_once  # it read ahead
+    # every answer kept for the store was used by it: none held past the run
+    assert savers and all(not s._hits for s in savers)
     unchanged = [f"Home/src/pkg1/m{i}.py" for i in range(9) if i != 4]
     assert set(unchanged) <= set(asked)  # walked file by file, found in the cache
     assert {rel: asked.count(rel) for rel in unchanged} == dict.fromkeys(unchanged, 1)
