@@ -46,7 +46,15 @@ import zstandard
 
 from lnk.backup import crypto
 from lnk.backup.pack import seal_blob
-from lnk.backup.small_reads import Sealing, SmallRead, decode, encode, need, read_small
+from lnk.backup.small_reads import (
+    SEALED_MAX,
+    Sealing,
+    SmallRead,
+    decode,
+    encode,
+    need,
+    read_small,
+)
 from lnk.formats.header import read_exact
 
 START_AFTER = 4  # batches sealed in-process before the process starts: a small run never
@@ -59,9 +67,7 @@ Reads = list[SmallRead]
 # a request in flight: "B" and its batch, or "R" and its paths; its answer's future
 _Asked = tuple[str, Any, Future[Any]]
 
-ANSWER_MAX = 4 << 20  # a sealed small chunk is at most 64 KiB and some bytes: a longer
-# answer is not one of ours
-BODY_MAX = 64 << 20  # nor is a longer frame (a batch is about 1 MiB)
+BODY_MAX = 64 << 20  # a longer frame is not one of ours (a batch is about 1 MiB)
 PIPE_SIZE = 1 << 20  # F_SETPIPE_SZ where the system allows (Linux's unprivileged most)
 
 _ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the folder holding lnk/
@@ -249,7 +255,7 @@ def _answer(tag: str, work: Any, body: bytes) -> Any:
         for _k, blob_id, _d in work:
             (n,) = struct.unpack_from(">I", body, at)
             at += 4
-            if n > ANSWER_MAX or at + n > len(body):
+            if n > SEALED_MAX or at + n > len(body):
                 raise ValueError("not an answer")
             sealed.append((blob_id, body[at : at + n]))
             at += n

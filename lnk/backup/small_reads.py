@@ -35,12 +35,15 @@ from typing import IO, Any, NamedTuple
 import zstandard
 
 from lnk.backup.pack import blob_name, seal_blob
+from lnk.backup.repository import SIZES
 from lnk.formats.header import read_exact
 from lnk.payload.reading import open_file
 from lnk.payload.walk import SQLITE_MAGIC
 
 READ, GONE, OTHER = 0, 1, 2
-SEALED_MAX = 4 << 20  # a sealed small chunk is at most 1 MiB and some bytes
+# a sealed chunk is at most the largest chunk a config may name and some bytes: a longer
+# one in an answer is not one of ours
+SEALED_MAX = SIZES["chunk_size"][1] + (64 << 10)
 _HEAD = struct.Struct(">32s32sqqQQqqqqqqqI")  # ino and dev unsigned, as the kernel has them
 
 
