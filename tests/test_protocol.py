@@ -23,6 +23,7 @@ from lnk.protocol import (
     ReceiveReport,
     ScheduleAnswer,
     SecretNames,
+    ServerReady,
     StateDigests,
     Status,
     Unanswered,
@@ -160,3 +161,36 @@ def test_state_digests_take_a_digest_or_its_first_24_hex_digits() -> None:
 def test_state_digests_refuse_what_is_not_a_folder_and_its_digest(dirs: dict[str, object]) -> None:
     with pytest.raises(ProtocolError, match="dirs"):
         StateDigests.from_json({"agent": "a", "id": "ag-1", "dirs": dirs})
+
+
+@pytest.mark.parametrize(
+    "raw,why",
+    [
+        (b'{"socket": "/s", "pid": 1, "version": 4}', "server.version is not a text"),
+        (b'{"socket": "/s", "pid": 1, "version": "' + b"9" * 70_000 + b'"}', "not a text"),
+        (b'{"socket": "/s", "pid": 1, "stream_format": true}', "server.stream_format is not"),
+        (b'{"socket": "/s", "pid": 1, "stream_format": "4"}', "server.stream_format is not"),
+    ],
+)
+def test_a_box_servers_hostile_version_is_refused(raw: bytes, why: str) -> None:
+    """A box's server says which lnk it is; an answer that is not a version is refused
+    (the move then starts no server there and asks the version, as before)."""
+    with pytest.raises(ProtocolError) as ei:
+        decode(raw, ServerReady, "box evil")
+    assert why in ei.value.message and "\n" not in ei.value.message
+
+
+def test_only_this_very_lnk_skips_the_version_check() -> None:
+    import lnk
+    from lnk.formats import FORMAT
+    from lnk.places.boxes import serves_this_lnk
+
+    assert serves_this_lnk(ServerReady("/s", 1, lnk.__version__, FORMAT))
+    for version, fmt in (
+        (None, None),
+        (lnk.__version__, None),
+        ("99.0", FORMAT),
+        (lnk.__version__, FORMAT + 1),
+        (lnk.__version__ + " ", FORMAT),
+    ):
+        assert not serves_this_lnk(ServerReady("/s", 1, version, fmt)), (version, fmt)

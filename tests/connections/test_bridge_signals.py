@@ -10,8 +10,12 @@ and sleeps, which is where a Python handler would run.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import lnk
 
 CHILD = """
 import os, signal, time
@@ -33,8 +37,15 @@ print("ended" if gate.stop.wait(60) else "still running", gate.reason, len(ended
 
 
 def test_a_signal_inside_the_gates_event_still_ends_the_bridge() -> None:
+    # the lnk under test, wherever it is (a clone anywhere, any install mode)
+    env = {**os.environ, "PYTHONPATH": str(Path(lnk.__file__).resolve().parent.parent)}
     r = subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["ended", "signal", "15", "1"], (r.stdout, r.stderr)
