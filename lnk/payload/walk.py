@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import os
+import shlex
 import sqlite3
 import stat
 import tempfile
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lnk.errors import InvalidInput
 from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import EMPTY_SHA, FILE_ROOTS, dir_mode, file_mode, read_only
 
@@ -299,12 +301,33 @@ def walk_dir(
 
 
 def _listing(path: Path | str) -> list[os.DirEntry[str]]:
-    """A folder's entries sorted by name."""
+    """A folder's entries sorted by name; a name that is not UTF-8 is refused (a stream
+    and a backup carry UTF-8 names: one left out would be lost without a word)."""
     try:
         with os.scandir(path) as it:
-            return sorted(it, key=_name)
+            entries = sorted(it, key=_name)
     except OSError:
         return []
+    for e in entries:
+        if not e.name.isascii():
+            try:
+                e.name.encode()
+            except UnicodeEncodeError:
+                raise _not_utf8(path, e.name) from None
+    return entries
+
+
+def _not_utf8(folder: Path | str, name: str) -> InvalidInput:
+    where = _shown(os.fsdecode(folder))
+    return InvalidInput(
+        f"{where}/{_shown(name)}: the name is not UTF-8, and lnk carries UTF-8 names only",
+        hint=f"ls -b -- {shlex.quote(where)}  # then rename it with mv",
+    )
+
+
+def _shown(text: str) -> str:
+    """A name as text, a byte that is not UTF-8 shown as ``\\xff``."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
 _name = operator.attrgetter("name")

@@ -6,13 +6,17 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from bk_helpers import give_keys, sample_agent, write
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.backup.agent import backup_agent
+from lnk.backup.agent_repos import open_for_listing
 from lnk.backup.agent_restore import restore_agent
+from lnk.errors import InvalidInput
 from lnk.payload.manifest import FILE_ROOTS
+from lnk.transport.buckets import open_bucket
 
 LINKS = {
     "proj/node_modules/.bin/tool": "../tool/cli.js",  # a Node project's bin link
@@ -63,3 +67,18 @@ def test_links_round_trip_as_links(src: Machine, dst: Machine, url: str) -> None
     assert (b.folders.home / "outside").is_symlink()
     # the bytes stored are the regular files' alone: nothing was read through a link
     assert rep.bytes == _regular_bytes(a.folders.root)
+
+
+def test_a_name_that_is_not_utf8_is_refused_naming_it(src: Machine, local_url: str) -> None:
+    """A backup carries UTF-8 names only: such a file is named in the refusal, not
+    left out of a snapshot without a word (it would be lost at a restore)."""
+    a = sample_agent(src)
+    folder = a.folders.home / "docs"
+    folder.mkdir(exist_ok=True)
+    with open(os.fsencode(str(folder)) + b"/caf\xe9.txt", "wb") as f:
+        f.write(b"latin-1 named\n")
+    with pytest.raises(InvalidInput, match=r"docs/caf\\xe9\.txt: the name is not UTF-8") as err:
+        backup_agent(src, a, local_url)
+    assert err.value.hint is not None and err.value.hint.startswith("ls -b -- ")
+    repo = open_for_listing(src, open_bucket(local_url), local_url)
+    assert repo.list_snapshots() == []

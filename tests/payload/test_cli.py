@@ -196,3 +196,22 @@ def test_second_send_with_inventory_through_the_cli(tmp_path: Path) -> None:
         "agent", "state-receive", "--receiver", info["receiver"], "--json", home=hb, stdin=stream
     )
     assert json.loads(p.stdout)["data_bytes"] == 0
+
+
+def test_a_name_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    ha, hb = tmp_path / "a", tmp_path / "b"
+    a = _make(ha)
+    with open(os.fsencode(str(a.folders.home / "docs")) + b"/r\xe9sum\xe9\x1b[2J.txt", "wb") as f:
+        f.write(b"a name from another encoding\n")
+    info = _prepare(hb)
+    p = cli("agent", "state-send", "--agent", "work", "--to", info["public_key"], home=ha)
+    assert p.returncode == 5
+    lines = p.stderr.decode().splitlines()
+    assert len(lines) == 2 and "Traceback" not in p.stderr.decode()
+    assert lines[0].startswith("lnk: error: /")
+    assert lines[0].endswith(
+        "/Home/docs/r\\xe9sum\\xe9\\x1b[2J.txt: the name is not UTF-8, and lnk carries "
+        "UTF-8 names only"
+    )
+    assert "\x1b" not in p.stderr.decode()  # the terminal escape in the name is not let through
+    assert lines[1].startswith("lnk: hint: ls -b -- ")
