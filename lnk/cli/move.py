@@ -126,12 +126,15 @@ def moved_in(agent_name: str | None, agent_id: str) -> None:
 @agent_option
 @click.option("--id", "agent_id", required=True)
 @click.option("--to", "to", required=True)
+@click.option("--final", "final", default=None, help="the move's final stream, as committed")
 @json_option
-def moved_away(agent_name: str | None, agent_id: str, to: str, as_json: bool) -> None:
+def moved_away(
+    agent_name: str | None, agent_id: str, to: str, final: str | None, as_json: bool
+) -> None:
     """(a move's step) The agent answers elsewhere: remove what runs it here."""
     from lnk.move.moved import moved_away as leave
 
-    left = leave(Machine.current(), agent_name, agent_id, to)
+    left = leave(Machine.current(), agent_name, agent_id, to, final)
     if as_json:
         emit_json(left.to_json())
     elif left.kept:

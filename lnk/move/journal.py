@@ -62,6 +62,7 @@ class Entry:
     was_running: bool = True
     dst_had_agent: bool = False
     failed: str | None = None  # why the move is being undone
+    final: str | None = None  # the final stream's ID, as the destination committed it
     started_at: float = field(default_factory=time.time)
     path: Path | None = None
 
@@ -85,11 +86,13 @@ class Entry:
         receiver: str | None = None,
         dst_had_agent: bool | None = None,
         failed: str | _Keep | None = KEEP,
+        final: str | None = None,
     ) -> None:
         """Change the entry and write it: its phase (a step the state machine has no arrow
         for, backwards, sideways or out of a failed move, is refused), the receiver and
         what the destination held (learnt at the prepare), or why it failed (None: it
-        goes on).  Only these change; a misspelt one is a TypeError, caught by mypy."""
+        goes on), and the final stream's ID (at the commit).  Only these change; a
+        misspelt one is a TypeError, caught by mypy."""
         if phase is not None:
             check_step(self.phase, phase, self.failed is not None)
         if failed is None and self.failed is not None and not self.at_least("committed"):
@@ -107,6 +110,8 @@ class Entry:
             self.dst_had_agent = dst_had_agent
         if not isinstance(failed, _Keep):
             self.failed = failed
+        if final is not None:
+            self.final = final
         self.save()
 
     def remove(self) -> None:

@@ -262,7 +262,7 @@ def _switch(
     fault("move:after-pause")
     guard.check()
     final = steps.phase(ends, e.agent, prep, "final", inv)
-    e.set(phase="committed")
+    e.set(phase="committed", final=final.stream_id or None)
     fault("move:after-commit")
     guard.check()
     status = forward(

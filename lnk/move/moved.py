@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 import time
 from typing import Any
@@ -21,14 +22,17 @@ from lnk.agents.registry import Agent
 from lnk.backup import timers
 from lnk.errors import NotFound, UsageError
 from lnk.fsutil import rmtree
-from lnk.payload.kept import record_left
+from lnk.payload.kept import adopt_sent, record_left
 from lnk.protocol import BackupSchedule, Left
 from lnk.runtime import service
 
+STREAM_ID = re.compile("[0-9a-f]{32}")
 
-def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
+
+def leave(machine: Machine, agent: Agent, to: str, final: str | None = None) -> dict[str, Any]:
     """Delete what runs the agent here (its keys and its backup timer too); keep its folders
-    aside; leave a note."""
+    aside; leave a note.  ``final``: the move's final stream, as the destination committed
+    it (its send noted how the agent left: then nothing is walked here)."""
     schedule = timers.read_schedule(machine, agent.id)
     service.stop(agent)
     remember(machine, agent.settings, agent.folders.sandbox_toml)  # for its return
@@ -42,8 +46,10 @@ def leave(machine: Machine, agent: Agent, to: str) -> dict[str, Any]:
         if hashes.exists():  # so a move back hashes nothing it already knows
             hashes.rename(kept / ".lnk-hashes.sqlite")
         # and tells what a person changed here meanwhile by its stat alone
+        cache = kept / ".lnk-hashes.sqlite"
         with contextlib.suppress(OSError, sqlite3.Error):
-            record_left(kept, kept / ".lnk-hashes.sqlite")
+            if not (final and cache.exists() and adopt_sent(cache, final)):
+                record_left(kept, cache)
     now = time.time()
     note = {
         "id": agent.id,
@@ -71,18 +77,23 @@ def pause(machine: Machine, name: str | None) -> bool:
     return service.stop(registry.find(machine, name))
 
 
-def moved_away(machine: Machine, name: str | None, agent_id: str, to: str) -> Left:
+def moved_away(
+    machine: Machine, name: str | None, agent_id: str, to: str, final: str | None = None
+) -> Left:
     """(``agent moved-away``) The agent answers at ``to``: leave, and purge expired kept folders.
+    ``final``: the stream ID of the move's final, as the destination committed it.
 
     An empty answer when it has left already (a journal finishing a move runs this again).
     """
+    if final is not None and not STREAM_ID.fullmatch(final):
+        raise UsageError(f"--final {final!r} is not a stream ID", hint="32 hex digits")
     try:
         a = registry.find(machine, name)
     except NotFound:
         return Left()
     if a.id != agent_id:
         raise UsageError(f"{a.name} here is {a.id}, not {agent_id}", hint="nothing was removed")
-    note = leave(machine, a, to)
+    note = leave(machine, a, to, final)
     purge_expired(machine)
     sched = note.get("schedule")
     return Left(

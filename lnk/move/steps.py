@@ -187,6 +187,8 @@ def let_go(src: Leg, e: Entry, to: str) -> Left:
     """The agent answers where it went: where it was lets go of it (its settings, keys and
     backup timer); what it did."""
     args = ["agent", "moved-away", "--agent", e.agent, "--id", e.agent_id, "--to", to]
+    if e.final:  # its send noted how the agent left: nothing is walked there
+        args += ["--final", e.final]
     return src.ask([*args, "--json"], Left)
 
 

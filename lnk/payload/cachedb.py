@@ -21,6 +21,7 @@ class CacheDB:
     def __init__(self, path: Path | None, schema: tuple[str, ...], readonly: bool = False) -> None:
         self.db: sqlite3.Connection | None = None
         self.pending = 0
+        self.drops = 0  # how many times uncommitted rows were dropped
         self.readonly = readonly
         if path is None:
             return
@@ -73,6 +74,7 @@ class CacheDB:
     def drop(self) -> None:
         """Forget what this run wrote and is not committed: the next run reads it again."""
         assert self.db is not None
+        self.drops += 1
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
         self.db.execute("BEGIN")

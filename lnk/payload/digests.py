@@ -52,8 +52,13 @@ def dir_key(name: str, mode: int, digest: str) -> str:
     return f"{name}\0{mode}\0d{digest}\n"
 
 
+def listing(keys: list[str]) -> bytes:
+    """A folder's entries' parts, as one text: what its fingerprint is the SHA-256 of."""
+    return "".join(keys).encode("utf-8", "surrogateescape")
+
+
 def fingerprint(keys: list[str]) -> bytes:
-    return hashlib.sha256("".join(keys).encode("utf-8", "surrogateescape")).digest()
+    return hashlib.sha256(listing(keys)).digest()
 
 
 class FolderPrint:
@@ -116,15 +121,21 @@ class _Dir:
         self.seen: list[tuple[str, os.stat_result, tuple[str, int] | None]] = []
 
 
-def tree_digests(root: Path, cache: HashCache) -> tuple[dict[str, str], dict[str, int]]:
+Listed = Callable[[str, bytes], None]
+
+
+def tree_digests(
+    root: Path, cache: HashCache, listed: Listed | None = None
+) -> tuple[dict[str, str], dict[str, int]]:
     """Every folder's digest under the agent's file roots at ``root`` (folders without
     one are left out), and how many files each holds at any depth.
 
     Nothing is read but stats and the cache (a file whose stat the cache does not
     vouch for leaves its folders without a digest), SQLite databases included.  The
     same digests as a walk with ends (``walk_agent(..., ends=True)``) with
-    ``hash_files=False, links=True, sqlite=False``."""
-    return _tree(root, Files(cache))
+    ``hash_files=False, links=True, sqlite=False``.  ``listed(folder, text)`` hears
+    each folder's :func:`listing` (the lstat of every entry directly in it)."""
+    return _tree(root, Files(cache, listed))
 
 
 Note = Callable[[str, str, str], None]
@@ -135,14 +146,15 @@ def keeper(
     root: Path,
     cache: HashCache,
     accept: Callable[[str, str, int], bool] | None = None,
+    listed: Listed | None = None,
 ) -> Callable[[str], str] | None:
     """For ``walk_agent(keep=...)``: the folders the other end holds (``held``: path ->
     digest) whose digest is that one now, every digest computed before the walk.
     ``accept(path, digest, files)`` has the last word (a backup checks it can write
-    the folder from what it stored)."""
+    the folder from what it stored); ``listed`` as :func:`tree_digests`'s."""
     if not held:
         return None
-    now, files = tree_digests(root, cache)
+    now, files = tree_digests(root, cache, listed)
 
     def keep(rel: str) -> str:
         digest = held.get(rel, "")
@@ -170,8 +182,9 @@ def index_tree(
 class Files:
     """How a folder's files come into its digest: by what the hash cache vouches for."""
 
-    def __init__(self, cache: HashCache) -> None:
+    def __init__(self, cache: HashCache, listed: Listed | None = None) -> None:
         self.cache = cache
+        self.listed = listed
 
     def sha(self, fr: _Dir, name: str, st: os.stat_result, wal: bool) -> str:
         """A file's content digest for its folder's digest, or "" (no digest then)."""
@@ -210,7 +223,7 @@ class Indexed(Files):
         cached = self.cache.rows_of(fr.rel)
         rows: list[tuple[str, str, str]] = []
         for name, st, sub in fr.seen:
-            if sub is not None or not stat.S_ISREG(st.st_mode) or _sidecar(name, names):
+            if sub is not None or not stat.S_ISREG(st.st_mode) or sidecar(name, names):
                 continue
             row = cached.get(name)
             if row is not None and row[:4] == (
@@ -245,11 +258,11 @@ def regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
                     continue
                 if stat.S_ISDIR(est.st_mode):
                     stack.append(_Dir(f"{fr.rel}/{e.name}", e.path))
-                elif stat.S_ISREG(est.st_mode) and not _sidecar(e.name, names):
+                elif stat.S_ISREG(est.st_mode) and not sidecar(e.name, names):
                     yield f"{fr.rel}/{e.name}", est
 
 
-def _sidecar(name: str, names: set[str]) -> bool:
+def sidecar(name: str, names: set[str]) -> bool:
     """A SQLite database's -wal, -shm or -journal beside it (folded into its snapshot)."""
     return name.endswith(SQLITE_SIDECARS) and any(
         name.endswith(s) and name[: -len(s)] in names for s in SQLITE_SIDECARS
@@ -307,7 +320,10 @@ def _folder(fr: _Dir, files: Files, fresh: int) -> tuple[str, int]:
         entry_key(name, st) if sub is None else dir_key(name, stat.S_IMODE(st.st_mode), sub[0])
         for name, st, sub in fr.seen
     ]
-    fp = fingerprint(keys)
+    text = listing(keys)
+    fp = hashlib.sha256(text).digest()
+    if files.listed is not None:
+        files.listed(fr.rel, text)
     names = {e.name for e in fr.entries}
     known = files.cache.folder(fr.rel)
     if known is not None and known[0] == fp and files.remembered(fr, names):
@@ -343,7 +359,7 @@ def _compute(fr: _Dir, files: Files, names: set[str], fresh: int) -> tuple[str, 
             continue
         if not stat.S_ISREG(st.st_mode):
             continue  # devices, fifos, sockets: never carried, not in a digest
-        if _sidecar(name, names):
+        if sidecar(name, names):
             ok = False
             continue
         n += 1

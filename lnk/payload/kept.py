@@ -11,14 +11,19 @@ theirs is lost:
   ``<name>.moved-conflict-<date>``;
 - the receive reports both (``kept_from_moved``, ``conflicts``).
 
-What changed there is told at prepare by the cache: a file whose stat is not
-the one the cache remembers from the move changed after it (its SHA-256 then
-is the cache's, if any: absent for a file added there).
+What changed there is told at prepare by the stats noted as the agent left: a
+file whose stat is not the one noted then changed after it (its SHA-256 then is
+the cache's, if any: absent for a file added there).  The move's final send
+notes them (every folder's listing, :class:`SentListing`, as the digests' walk
+sees it anyway), and leaving adopts that note if its stream is the one the
+destination committed; else leaving walks the folders to note them
+(:func:`record_left`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -27,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lnk.payload.digests import regular_files
+from lnk.payload.digests import regular_files, sidecar
 from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import under
 
@@ -35,6 +40,86 @@ CONFLICT = ".moved-conflict-"
 
 
 LEFT = "left"  # the kept folder's files as the agent left them: rel -> stat
+LEFT_DIRS = "left_dirs"  # or each folder's listing as the agent left it: dir -> listing
+SENT, SENT_BY = "sent_dirs", "sent_by"  # a final send's listings, and that send's stream
+
+
+class SentListing:
+    """A final send's note of every folder's listing (``digests.listing``: the lstat of
+    each entry directly in it), written to the sender's hash cache as the digests' walk
+    makes them; :meth:`done` names the stream, so leaving adopts the note only if the
+    destination committed that very stream (the agent paused since: nothing of it
+    changed but what a person changes there, which a move back then keeps)."""
+
+    BATCH = 256  # folders a write
+
+    def __init__(self, cache: HashCache) -> None:
+        self.cache = cache
+        self.rows: list[tuple[str, bytes]] = []
+        self.noted = 0
+        self.drops = cache.drops
+        self.ok = cache.db is not None and not cache.readonly
+        if cache.db is not None and self.ok:
+            try:
+                cache.db.execute(f"DROP TABLE IF EXISTS {SENT_BY}")
+                cache.db.execute(f"DROP TABLE IF EXISTS {SENT}")
+                cache.db.execute(
+                    f"CREATE TABLE {SENT} (dir TEXT PRIMARY KEY, keys BLOB) WITHOUT ROWID"
+                )
+            except sqlite3.OperationalError:  # locked by another writer: no note
+                self.ok = False
+
+    def __call__(self, rel: str, text: bytes) -> None:
+        if self.ok:
+            self.noted += 1
+            self.rows.append((rel, text))
+            if len(self.rows) >= self.BATCH:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self.ok and self.rows and self.cache.db is not None:
+            try:
+                self.cache.db.executemany(f"INSERT OR REPLACE INTO {SENT} VALUES (?,?)", self.rows)
+            except sqlite3.OperationalError:
+                self.ok = False
+        self.rows = []
+
+    def done(self, stream_id: str) -> None:
+        """Every folder is noted: name the stream (nothing if any row was lost, or the
+        walk noted no folder)."""
+        self._flush()
+        db = self.cache.db
+        if not self.ok or not self.noted or db is None or self.cache.drops != self.drops:
+            return
+        try:
+            db.execute(f"CREATE TABLE {SENT_BY} (stream TEXT)")
+            db.execute(f"INSERT INTO {SENT_BY} VALUES (?)", (stream_id,))
+        except sqlite3.OperationalError:
+            return
+        self.cache.commit()
+
+
+def adopt_sent(cache_path: Path, stream_id: str) -> bool:
+    """(at leaving) The final send's listings become the kept folder's note of how the
+    agent left it, if ``stream_id`` (the stream the destination committed) is the one
+    that send named.  False if not: then :func:`record_left` walks."""
+    con = sqlite3.connect(cache_path, isolation_level=None)
+    try:
+        try:
+            row = con.execute(f"SELECT stream FROM {SENT_BY}").fetchone()
+        except sqlite3.OperationalError:  # no final send noted here
+            return False
+        if row is None or row[0] != stream_id:
+            return False
+        con.execute("BEGIN")
+        con.execute(f"DROP TABLE IF EXISTS {LEFT}")
+        con.execute(f"DROP TABLE IF EXISTS {LEFT_DIRS}")
+        con.execute(f"ALTER TABLE {SENT} RENAME TO {LEFT_DIRS}")
+        con.execute(f"DROP TABLE {SENT_BY}")
+        con.execute("COMMIT")
+        return True
+    finally:
+        con.close()
 
 
 def record_left(kept: Path, cache_path: Path) -> None:
@@ -44,7 +129,8 @@ def record_left(kept: Path, cache_path: Path) -> None:
     moments, a SQLite database)."""
     con = sqlite3.connect(cache_path)
     try:
-        con.execute(f"DROP TABLE IF EXISTS {LEFT}")
+        for table in (LEFT, LEFT_DIRS, SENT, SENT_BY):
+            con.execute(f"DROP TABLE IF EXISTS {table}")
         con.execute(
             f"CREATE TABLE {LEFT} (rel TEXT PRIMARY KEY, size INT, mtime INT, ctime INT, "
             "ino INT) WITHOUT ROWID"
@@ -70,12 +156,15 @@ class ChangeRecorder(HashCache):
         super().__init__(path)
         self.changed: dict[str, str | None] = {}
         self.left: sqlite3.Connection | None = None
+        self.listings = False  # noted as each folder's listing (LEFT_DIRS), or by file
         if path is not None and self.db is not None:
-            try:
-                self.db.execute(f"SELECT 1 FROM {LEFT} LIMIT 1").fetchall()
-                self.left = self.db
-            except sqlite3.OperationalError:
-                self.left = None  # left before lnk noted stats: the cache alone tells
+            for table in (LEFT_DIRS, LEFT):
+                try:
+                    self.db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall()
+                except sqlite3.OperationalError:
+                    continue  # left before lnk noted stats: the cache alone tells
+                self.left, self.listings = self.db, table == LEFT_DIRS
+                break
         self._left_dirs: dict[str, dict[str, tuple[int, int, int, int]]] = {}
 
     def lookup(self, rel: str, st: os.stat_result) -> str | None:
@@ -97,6 +186,12 @@ class ChangeRecorder(HashCache):
             assert self.left is not None
             if len(self._left_dirs) >= self.DIRS_KEPT:
                 self._left_dirs.clear()
+            if self.listings:
+                got = self.left.execute(f"SELECT keys FROM {LEFT_DIRS} WHERE dir=?", (d,))
+                row = got.fetchone()
+                text = row[0] if row is not None and isinstance(row[0], bytes) else b""
+                rows = self._left_dirs[d] = left_files(text)
+                return rows
             start = len(d) + 2  # substr() counts from 1: past "d/"
             found = self.left.execute(
                 f"SELECT substr(rel, ?), size, mtime, ctime, ino FROM {LEFT} "
@@ -109,6 +204,30 @@ class ChangeRecorder(HashCache):
     def store_folder(self, rel: str, fp: bytes, digest: str, files: int) -> None:
         """Not here: a folder remembered in the kept folder's cache is one remembered
         while it was the agent's, before it left (lnk/payload/digests.py)."""
+
+
+# one entry of a listing (digests.entry_key, dir_key): a name has no NUL but may hold
+# a newline; a subfolder's part is its mode and digest
+_ENTRY = re.compile(rb"([^\0]*)\0(\d+)\0(?:d[0-9a-f]*|(\d+)\0(-?\d+)\0(-?\d+)\0(\d+)\0\d+)\n")
+
+
+def left_files(text: bytes) -> dict[str, tuple[int, int, int, int]]:
+    """The regular files of a folder's listing (a SQLite database's sidecars left out,
+    as :func:`regular_files`): name -> (size, mtime, ctime, inode).  A listing that
+    does not parse whole counts as none: every file there is then one a person changed."""
+    found: dict[str, tuple[int, int, int, int]] = {}
+    names: set[str] = set()
+    pos = 0
+    while pos < len(text):
+        m = _ENTRY.match(text, pos)
+        if m is None:
+            return {}
+        pos = m.end()
+        name = m[1].decode("utf-8", "surrogateescape")
+        names.add(name)
+        if m[3] is not None and stat.S_ISREG(int(m[2])):
+            found[name] = (int(m[3]), int(m[4]), int(m[5]), int(m[6]))
+    return {n: v for n, v in found.items() if not sidecar(n, names)}
 
 
 def record_changes(con: sqlite3.Connection, changed: dict[str, str | None]) -> None:

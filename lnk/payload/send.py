@@ -26,6 +26,7 @@ from lnk.payload.agent_records import agent_head
 from lnk.payload.digests import keeper
 from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory
+from lnk.payload.kept import SentListing
 from lnk.payload.send_files import FileSender, SendReport
 from lnk.payload.spool import send_spool, spool_collections
 from lnk.payload.walk import WalkStats, walk_agent
@@ -71,7 +72,13 @@ def send_agent(
         # with the receiver's folder digests, a folder it holds whole goes as one entry:
         # every folder's digest now first (a stat of each entry where the cache
         # remembers the folder), then a walk that does not go into those
-        keep = keeper(inventory.dirs, folders.root, cache) if inventory is not None else None
+        # (the final also notes every folder's listing: how the agent leaves, if it does)
+        left = SentListing(cache) if phase == "final" else None
+        keep = None
+        if inventory is not None:
+            keep = keeper(inventory.dirs, folders.root, cache, listed=left)
+        if left is not None:
+            left.done(report.stream_id)
         walk = walk_agent(
             folders.root,
             cache,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,24 @@ def test_hostile_digests_are_refused_with_one_line(moved: tuple[World, str]) -> 
         assert "folder digests" in err, err
     # the receiver is as it was: a good one still answers
     assert len(inventory(world, prep["receiver"], digests(world))) <= 2
+
+
+def test_a_move_back_leaves_b1_with_the_note_its_final_send_made(
+    moved: tuple[World, str],
+) -> None:
+    """Moving back here: b1's final send noted every folder's listing (its inventory
+    held this computer's kept folders' digests), and b1 adopted that note when it let
+    the agent go (``moved-away --final``), rather than walking its files again."""
+
+    world, _agent_id = moved
+    world.ok("agent", "move", "--agent", AGENT, "--here")
+    [kept] = (world.boxes["b1"] / "Link" / "Moved").glob(f"{AGENT}-*")
+    con = sqlite3.connect(kept / ".lnk-hashes.sqlite")
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        listed = dict(con.execute("SELECT dir, keys FROM left_dirs"))
+    finally:
+        con.close()
+    assert "left_dirs" in tables and "left" not in tables and "sent_by" not in tables
+    assert {"Home/proj/a", "Home/proj/b", "Home/notes"} <= set(listed)
+    assert listed["Home/proj/a"].count(b"\n") == PER_FOLDER
