@@ -20,7 +20,7 @@ from lnk.agents.moved import DAY, notes_dir, purge_expired
 from lnk.agents.policy import remember
 from lnk.agents.registry import Agent
 from lnk.backup import timers
-from lnk.errors import NotFound, UsageError
+from lnk.errors import InvalidInput, NotFound, UsageError
 from lnk.fsutil import rmtree
 from lnk.payload.kept import adopt_sent, record_left
 from lnk.protocol import BackupSchedule, Left
@@ -47,7 +47,9 @@ def leave(machine: Machine, agent: Agent, to: str, final: str | None = None) -> 
             hashes.rename(kept / ".lnk-hashes.sqlite")
         # and tells what a person changed here meanwhile by its stat alone
         cache = kept / ".lnk-hashes.sqlite"
-        with contextlib.suppress(OSError, sqlite3.Error):
+        # (best effort: without the note a move back tells changes by the cache alone;
+        # a name a person gave a file there meanwhile that is not UTF-8 stops no leaving)
+        with contextlib.suppress(OSError, sqlite3.Error, InvalidInput):
             if not (final and cache.exists() and adopt_sent(cache, final)):
                 record_left(kept, cache)
     now = time.time()

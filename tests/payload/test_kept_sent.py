@@ -25,6 +25,7 @@ from payload_helpers import (
 )
 
 from lnk.agents.layout import Machine
+from lnk.agents.moved import notes_dir
 from lnk.errors import UsageError
 from lnk.move.moved import leave, moved_away
 from lnk.payload.digests import entry_key, listing, tree_digests
@@ -272,3 +273,14 @@ def test_a_garbled_listing_counts_as_none() -> None:
     assert left_files(good) == {"f": (1, 2, 3, 4)}
     for bad in (b"f\x001\n", good.replace(b"\x00", b"\x01"), b"x" + good[1:].replace(b"1", b"z")):
         assert left_files(bad) == {}
+
+
+def test_a_name_that_is_not_utf8_stops_no_leaving(src: Machine) -> None:
+    """A person gave a file a name that is not UTF-8 after the final: the agent still
+    leaves (its note, its settings gone), without the stats noted by a walk."""
+    a = sample_agent(src)
+    with open(os.fsencode(str(a.folders.home)) + b"/caf\xe9", "wb") as f:
+        f.write(b"named in latin-1\n")
+    note = leave(src, a, "b")
+    assert Path(note["kept"]).is_dir() and not a.settings_path.exists()
+    assert (notes_dir(src) / f"{a.id}.json").exists()
