@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from array import array
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,7 @@ class Inventory:
         self.blob = blob
         self.logs = logs or {}
         self.dirs = dirs or {}
+        self._starts: array[int] | None = None
 
     def log_since(self, key: str, last_here: int, digest_at: Any) -> int:
         """The number to send a log from: the receiver's last, if it agrees with ours."""
@@ -133,18 +135,29 @@ class Inventory:
 
     def __contains__(self, digest: bytes | str) -> bool:
         d = bytes.fromhex(digest) if isinstance(digest, str) else digest
-        lo, hi = 0, len(self)
+        if len(d) != DIGEST:
+            return False
+        starts = self._starts if self._starts is not None else self._index()
+        p = d[0] << 8 | d[1]
         blob = self.blob
-        while lo < hi:
-            mid = (lo + hi) // 2
-            cur = blob[mid * DIGEST : (mid + 1) * DIGEST]
-            if cur < d:
-                lo = mid + 1
-            elif cur > d:
-                hi = mid
-            else:
-                return True
-        return False
+        # the digests beginning with these two bytes: about len/65536 of them
+        return any(blob.startswith(d, i * DIGEST) for i in range(starts[p], starts[p + 1]))
+
+    def _index(self) -> array[int]:
+        """Where the digests of each first two bytes begin in the sorted blob (256 KiB,
+        made at the first lookup: a send asks once a file)."""
+        counts = [0] * 65536
+        blob = self.blob
+        for a, b in zip(blob[0::DIGEST], blob[1::DIGEST], strict=True):
+            counts[a << 8 | b] += 1
+        starts = array("I", bytes(4 * 65537))
+        at = 0
+        for p, n in enumerate(counts):
+            starts[p] = at
+            at += n
+        starts[65536] = at
+        self._starts = starts
+        return starts
 
     @classmethod
     def of(cls, digests: Iterable[bytes | str]) -> Inventory:

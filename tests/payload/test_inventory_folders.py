@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnk.payload.inventory import ancestors, outside, sizes_of, under_any
+from lnk.payload.inventory import Inventory, ancestors, outside, sizes_of, under_any
 
 names = st.sampled_from(["a", "b", "c", "ä", "a.b", ""])
 paths = st.lists(names, min_size=1, max_size=5).map("/".join)
@@ -50,3 +50,21 @@ def test_a_deep_tree_counted_by_folder() -> None:
     named = {"Home/p1": "x"}
     kept = outside([(r, r) for r in rels], named)
     assert len(kept) == 212 - 70 and not any(r.startswith("Home/p1/") for r in kept)
+
+
+# digests crowded into a few first two bytes (so the index's buckets hold many), and
+# the ends of the range
+_digests = st.builds(
+    lambda head, tail: head + tail,
+    st.sampled_from([b"\x00\x00", b"\x00\x01", b"\x12\x34", b"\xff\xff", b"\xff\xfe"]),
+    st.binary(min_size=30, max_size=30),
+)
+
+
+@given(st.sets(_digests, max_size=60), st.lists(_digests, max_size=30))
+def test_an_inventory_holds_exactly_its_digests(held: set[bytes], asked: list[bytes]) -> None:
+    inv = Inventory.of(held)
+    back = Inventory.from_bytes(inv.to_bytes())
+    for d in [*held, *asked]:
+        assert (d in inv) == (d in held) == (d.hex() in back)
+    assert b"\x00" * 31 not in inv and b"" not in inv  # not a digest: not held
