@@ -49,7 +49,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     agent_dir, home_dir = work / "agent", work / "home"
     agent_dir.mkdir(exist_ok=True)
     home_dir.mkdir(exist_ok=True)
-    discard = _discarded_roots(r, agent_root)
+    discard = [f"{d}/" for d in _discarded_roots(r, agent_root)]
     same, adopt, whole = held_whole(stage, r, agent_root)
     assert stage.head is not None
     hashes = r.machine.runtime_dir(stage.head.agent_id) / "hashes.sqlite"
@@ -57,6 +57,7 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
     group_targets: dict[int, str] = {}  # hard-link groups only
     safe: set[str] = set()  # destination folders seen to be folders, not links
     missing: set[str] = set()  # destination folders seen not to be there
+    made: set[str] = set()  # staged folders made (or seen made) by this loop
     home_s, agent_s, root_home = str(home_dir), str(agent_dir), str(agent_root / "Home")
     # no Home here (a restore on a new machine): nothing below it to meet, once the
     # folders above it are seen not to be links
@@ -97,12 +98,16 @@ def materialize(stage: Stage, r: Receiver, agent_root: Path) -> tuple[int, list[
         if kind == "d":
             os.makedirs(target, exist_ok=True)
             os.chmod(target, mode)
+            made.add(target)
             continue
         if placed:  # its bytes, mode and mtime were written as they arrived
             if grp is not None:
                 group_targets[grp] = target
             continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        parent = target.rpartition("/")[0]
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
         if kind == "l":  # its target is text: never followed, never checked
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target)
@@ -148,13 +153,13 @@ def _discarded_roots(r: Receiver, agent_root: Path) -> list[Path]:
 
 
 def _take(
-    r: Receiver, path: str, sha: str, target: str, discard: list[Path], whole: set[str]
+    r: Receiver, path: str, sha: str, target: str, discard: list[str], whole: set[str]
 ) -> None:
     """Put the content ``sha`` for the entry ``path`` at ``target``, from where the receiver
     holds it: opened without following any link (a folder of the base swapped for a link
     since --prepare leads nowhere) and hashed again as it is read (a changed file is refused).
 
-    Content under a discarded root (the receiver's objects, the agent's old Agent/, the
+    Content under a discarded root (``discard``: each ends with ``/``; the receiver's objects, the agent's old Agent/, the
     folders it left here) is hard-linked when nothing else links it: the commit drops its
     old place, so no copy is needed.  A second file of the same content gets a copy.
     """
@@ -162,11 +167,10 @@ def _take(
     if where is None:
         raise Conflict(f"the content of {path} vanished from staging")
     root, rel = where
-    own = root == r.objects  # verified as it arrived, in the receiver's private folder
+    own = root is r.objects  # verified as it arrived, in the receiver's private folder
     # never a hard link into a folder kept whole: its files stay the agent's own
-    link = any((root / rel).is_relative_to(d) for d in discard) and not M.under(
-        str(root / rel), whole
-    )
+    full = f"{root}/{rel}"
+    link = any(full.startswith(d) for d in discard) and not M.under(full, whole)
     try:
         safefs.take(root, rel, target, sha, link=link, verify=not own)
     except safefs.Changed as e:

@@ -44,11 +44,12 @@ class Receiver:
     rid: str
     _con: sqlite3.Connection | None = field(default=None, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def dir(self) -> Path:
+        """(made once: a commit asks for it once a file)"""
         return self.machine.receivers_dir / self.rid
 
-    @property
+    @functools.cached_property
     def objects(self) -> Path:
         return self.dir / "objects"
 
