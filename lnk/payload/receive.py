@@ -361,7 +361,8 @@ def _copy_cache(src: Path, dst: Path) -> None:
         b = sqlite3.connect(dst)
         try:
             a.backup(b)
-            b.execute("DROP TABLE IF EXISTS left")  # the kept folder's own stat notes
+            for table in (kept.LEFT, kept.LEFT_DIRS, kept.SENT, kept.SENT_BY):  # its own notes
+                b.execute(f"DROP TABLE IF EXISTS {table}")
             b.commit()
         finally:
             b.close()

@@ -159,7 +159,7 @@ def test_a_move_back_leaves_b1_with_the_note_its_final_send_made(
     held this computer's kept folders' digests), and b1 adopted that note when it let
     the agent go (``moved-away --final``), rather than walking its files again."""
 
-    world, _agent_id = moved
+    world, agent_id = moved
     world.ok("agent", "move", "--agent", AGENT, "--here")
     [kept] = (world.boxes["b1"] / "Link" / "Moved").glob(f"{AGENT}-*")
     con = sqlite3.connect(kept / ".lnk-hashes.sqlite")
@@ -171,3 +171,12 @@ def test_a_move_back_leaves_b1_with_the_note_its_final_send_made(
     assert "left_dirs" in tables and "left" not in tables and "sent_by" not in tables
     assert {"Home/proj/a", "Home/proj/b", "Home/notes"} <= set(listed)
     assert listed["Home/proj/a"].count(b"\n") == PER_FOLDER
+    # and back to b1, onto that kept folder: its cache becomes the agent's, without the note
+    world.ok("agent", "move", "--agent", AGENT, "--to", "b1")
+    cache = world.boxes["b1"] / ".lnk" / "agents" / agent_id / "hashes.sqlite"
+    con = sqlite3.connect(cache)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        con.close()
+    assert "h2" in tables and not tables & {"left", "left_dirs", "sent_dirs", "sent_by"}
