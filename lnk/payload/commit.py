@@ -159,10 +159,13 @@ def _take(
     holds it: opened without following any link (a folder of the base swapped for a link
     since --prepare leads nowhere) and hashed again as it is read (a changed file is refused).
 
-    Content under a discarded root (``discard``: each ends with ``/``; the receiver's objects, the agent's old Agent/, the
-    folders it left here) is hard-linked when nothing else links it: the commit drops its
-    old place, so no copy is needed.  A second file of the same content gets a copy.
+    Content under a discarded root (``discard``: each ends with ``/``; the receiver's
+    objects, the agent's old Agent/, the folders it left here) is hard-linked when
+    nothing else links it: the commit drops its old place, so no copy is needed.  A
+    second file of the same content gets a copy.
     """
+    if _link_own(r, sha, target):
+        return
     where = r.held(sha)
     if where is None:
         raise Conflict(f"the content of {path} vanished from staging")
@@ -180,6 +183,26 @@ def _take(
             hint="nothing was applied; prepare a new receiver "
             "(lnk agent state-receive --prepare) and send again",
         ) from None
+
+
+def _link_own(r: Receiver, sha: str, target: str) -> bool:
+    """The common case of :func:`_take` in three system calls: content in the receiver's
+    own objects (verified as it arrived, dropped at the commit) that nothing else links
+    is hard-linked at ``target``, which is then checked to be that very file (a link
+    swapped in between is undone).  False: nothing was done, the general way follows."""
+    src = f"{r.objects_s}/{sha}"
+    try:
+        st = os.lstat(src)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return False
+        os.link(src, target, follow_symlinks=False)
+    except OSError:
+        return False
+    lt = os.lstat(target)
+    if (lt.st_dev, lt.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(lt.st_mode):
+        os.unlink(target)
+        return False
+    return True
 
 
 def _open_cache(hashes: Path) -> sqlite3.Connection | None:

@@ -216,3 +216,48 @@ def test_a_real_full_disk(src: Machine, dst: Machine, small_disk: Path) -> None:
     assert machine_tree(dst) == before
     assert not dst.settings_file("work").exists()
     assert not dst.folders("work").root.exists()
+
+
+def _own(dst: Machine, data: bytes) -> tuple[Any, str]:
+    import hashlib
+
+    r = prepare(dst)
+    r.objects.mkdir(parents=True, exist_ok=True)
+    sha = hashlib.sha256(data).hexdigest()
+    (r.objects / sha).write_bytes(data)
+    return r, sha
+
+
+def test_own_content_is_linked_in_three_calls_or_left_to_the_general_way(
+    dst: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """commit._link_own: the receiver's own object that nothing else links becomes the
+    file; anything else (linked elsewhere, a link, absent, swapped in between) is left
+    to the general way with nothing made."""
+    r, sha = _own(dst, b"content\n")
+    obj = r.objects / sha
+    t = tmp_path / "t1"
+    assert commit._link_own(r, sha, str(t))
+    assert t.stat().st_ino == obj.stat().st_ino and t.read_bytes() == b"content\n"
+    # now it has two names: a second file of that content is not a third name of it
+    assert not commit._link_own(r, sha, str(tmp_path / "t2"))
+    assert not (tmp_path / "t2").exists()
+    assert not commit._link_own(r, "ab" * 32, str(tmp_path / "t3"))  # held nowhere here
+    r2, sha2 = _own(dst, b"other\n")
+    (r2.objects / sha2).unlink()
+    os.symlink("/etc/hostname", r2.objects / sha2)
+    assert not commit._link_own(r2, sha2, str(tmp_path / "t4"))  # a link, never taken
+    assert not os.path.lexists(tmp_path / "t4")
+    # swapped for another file between its lstat and its link: the link is undone
+    r3, sha3 = _own(dst, b"third\n")
+    real_link = os.link
+
+    def swapping(src: Any, dst_: Any, **kw: Any) -> None:
+        other = tmp_path / "other"
+        other.write_bytes(b"not what was checked\n")
+        os.replace(other, src)
+        real_link(src, dst_, **kw)
+
+    monkeypatch.setattr(commit.os, "link", swapping)
+    assert not commit._link_own(r3, sha3, str(tmp_path / "t5"))
+    assert not os.path.lexists(tmp_path / "t5")
