@@ -52,13 +52,13 @@ def dir_key(name: str, mode: int, digest: str) -> str:
     return f"{name}\0{mode}\0d{digest}\n"
 
 
-def listing(keys: list[str]) -> bytes:
+def listing_text(keys: list[str]) -> bytes:
     """A folder's entries' parts, as one text: what its fingerprint is the SHA-256 of."""
     return "".join(keys).encode("utf-8", "surrogateescape")
 
 
 def fingerprint(keys: list[str]) -> bytes:
-    return hashlib.sha256(listing(keys)).digest()
+    return hashlib.sha256(listing_text(keys)).digest()
 
 
 class FolderPrint:
@@ -134,7 +134,7 @@ def tree_digests(
     vouch for leaves its folders without a digest), SQLite databases included.  The
     same digests as a walk with ends (``walk_agent(..., ends=True)``) with
     ``hash_files=False, links=True, sqlite=False``.  ``listed(folder, text)`` hears
-    each folder's :func:`listing` (the lstat of every entry directly in it)."""
+    each folder's :func:`listing_text` (the lstat of every entry directly in it)."""
     return _tree(root, Files(cache, listed))
 
 
@@ -320,7 +320,7 @@ def _folder(fr: _Dir, files: Files, fresh: int) -> tuple[str, int]:
         entry_key(name, st) if sub is None else dir_key(name, stat.S_IMODE(st.st_mode), sub[0])
         for name, st, sub in fr.seen
     ]
-    text = listing(keys)
+    text = listing_text(keys)
     fp = hashlib.sha256(text).digest()
     if files.listed is not None:
         files.listed(fr.rel, text)

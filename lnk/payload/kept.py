@@ -45,7 +45,7 @@ SENT, SENT_BY = "sent_dirs", "sent_by"  # a final send's listings, and that send
 
 
 class SentListing:
-    """A final send's note of every folder's listing (``digests.listing``: the lstat of
+    """A final send's note of every folder's listing (``digests.listing_text``: the lstat of
     each entry directly in it), written to the sender's hash cache as the digests' walk
     makes them; :meth:`done` names the stream, so leaving adopts the note only if the
     destination committed that very stream (the agent paused since: nothing of it

@@ -28,7 +28,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.moved import notes_dir
 from lnk.errors import UsageError
 from lnk.move.moved import leave, moved_away
-from lnk.payload.digests import entry_key, listing, tree_digests
+from lnk.payload.digests import entry_key, listing_text, tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.kept import (
     LEFT,
@@ -259,7 +259,7 @@ def test_a_listing_is_read_back_as_it_was_made(
         )
         if stat.S_ISREG(mode) and not sidecar:
             want[name] = (size, mtime, ctime, ino)
-    text = listing(keys)
+    text = listing_text(keys)
     assert left_files(text) == want
     if text:
         assert left_files(text[:-1]) == {}  # cut short: counts as no note at all
@@ -269,7 +269,7 @@ def test_a_garbled_listing_counts_as_none() -> None:
     fake = SimpleNamespace(
         st_mode=stat.S_IFREG | 0o644, st_size=1, st_mtime_ns=2, st_ctime_ns=3, st_ino=4, st_nlink=1
     )
-    good = listing([entry_key("f", cast(os.stat_result, fake))])
+    good = listing_text([entry_key("f", cast(os.stat_result, fake))])
     assert left_files(good) == {"f": (1, 2, 3, 4)}
     for bad in (b"f\x001\n", good.replace(b"\x00", b"\x01"), b"x" + good[1:].replace(b"1", b"z")):
         assert left_files(bad) == {}
