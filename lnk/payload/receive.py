@@ -11,8 +11,7 @@ import contextlib
 import errno
 import os
 import sqlite3
-import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,7 +27,8 @@ from lnk.errors import AlreadyExists, LnkError, Refused, StreamError, TransportE
 from lnk.formats.reader import StreamReader
 from lnk.payload import commit, kept, safefs
 from lnk.payload import manifest as M
-from lnk.payload.hashcache import HashCache
+from lnk.payload.bulk_base import keep_as_base
+from lnk.payload.placed import remember_placed
 from lnk.payload.receivers import Receiver, open_receiver, prepare
 from lnk.payload.staging import Stage, disk_full
 
@@ -219,7 +219,7 @@ def _receive(
             stream_id=stream_id(),
         )
         if head.phase == "bulk":
-            _keep_bulk(r, stage, stream_id())
+            _keep_bulk(machine, r, stage, stream_id(), keep_objects)
             return report
         return _commit(machine, r, stage, head, existing, report)
     except OSError as e:
@@ -262,12 +262,14 @@ def _check_phase(r: Any, head: M.Head) -> None:
         )
 
 
-def _keep_bulk(r: Any, stage: Stage, stream_id: str) -> None:
+def _keep_bulk(machine: Machine, r: Any, stage: Stage, stream_id: str, keep_objects: bool) -> None:
     safefs.rmtree(r.bulk)
     (r.bulk / "agent").mkdir(parents=True)
     chats = stage.work / "agent" / "chats"
     if chats.exists():
         chats.rename(r.bulk / "agent" / "chats")
+    if keep_objects and not r.info().get("base_root"):  # a first move: the bulk is the base
+        keep_as_base(machine, r, stage)
     r.set_info(bulk_stream=stream_id)
     # what the bulk staged reaches the disk now, while the agent still answers: the
     # final's one sync before its journal then waits only for what the final wrote
@@ -334,7 +336,7 @@ def _commit(
     _adopt_hashes(r, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root)
     report.skipped = commit.apply(
         r,
-        before_cleanup=lambda skipped: _remember_hashes(
+        before_cleanup=lambda skipped: remember_placed(
             stage, machine.runtime_dir(head.agent_id) / "hashes.sqlite", agent_root, skipped
         ),
     )["skipped"]
@@ -376,30 +378,3 @@ def _kept_base(r: Any, agent_root: Path) -> str | None:
     if not base or Path(base) == agent_root:
         return None
     return str(base) if (Path(base) / "Agent").is_dir() else None
-
-
-def _remember_hashes(stage: Stage, cache_path: Path, agent_root: Path, skipped: list[str]) -> None:
-    """The receiver knows every file's SHA-256: the next send or receive hashes nothing.
-
-    Only a file that is there as written (same size) is remembered, keyed by its stat
-    now, so anything that changes it later is hashed again.
-    """
-    skip = {f"Home/{p}" for p in skipped}
-    root = str(agent_root)
-
-    def placed() -> Iterator[tuple[str, os.stat_result, str]]:
-        for path, kind, _mode, size, sha, _grp, _mtime, _placed in stage.iter_entries():
-            if kind != "f" or path in skip:
-                continue
-            try:
-                st = os.lstat(f"{root}/{path}")
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_size == size:
-                yield path, st, sha
-
-    cache = HashCache(cache_path)
-    try:
-        cache.store_many(placed())
-    finally:
-        cache.close()

@@ -33,8 +33,10 @@ from lnk.payload.folders import WHOLE_MAX
 from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory, held_whole, outside, sizes_of
 from lnk.payload.kept import ChangeRecorder, record_changes
+from lnk.payload.manifest import SHA_RE
 
 RECEIVER_PREFIX = "rcv-"
+BULK_BASE = "bulk-base"  # a first move's bulk, kept as the receiver's base (bulk_base.py)
 MAX_AGE_S = 24 * 3600  # a receiver is refused, and its key deleted, after 24 hours
 
 
@@ -113,6 +115,19 @@ class Receiver:
             return self.dir, str(path.relative_to(self.dir))
         return None
 
+    def base_files(self) -> list[tuple[str, str]]:
+        """(SHA-256, path) of each regular file of the receiver's own base, as indexed
+        (only there: never a file of a person's folder)."""
+        con = self._local()
+        if con is None or not self.own_base():
+            return []
+        inside = str(self.dir / BULK_BASE) + "/"
+        return [
+            (str(sha), str(path))
+            for sha, path in con.execute("SELECT sha, path FROM c")
+            if str(path).startswith(inside) and SHA_RE.fullmatch(str(sha))
+        ]
+
     def local_sha(self, rel: str) -> str | None:
         """The SHA-256 of the file at ``rel`` in the base, as indexed at prepare."""
         con = self._local()
@@ -120,6 +135,21 @@ class Receiver:
             None if con is None else con.execute("SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
         )
         return str(row[0]) if row else None
+
+    def own_base(self) -> bool:
+        """Whether the base is the receiver's own (a bulk it kept: lnk/payload/bulk_base.py),
+        in its private folder, where nothing but this receiver writes."""
+        return self.info().get("base_root") == str(self.dir / BULK_BASE)
+
+    def indexed_digests(self) -> dict[str, str]:
+        """Every folder digest of the base, as indexed (path -> digest)."""
+        con = self._local()
+        if con is None:
+            return {}
+        try:
+            return {str(rel): str(d) for rel, d in con.execute("SELECT rel, digest FROM d")}
+        except sqlite3.OperationalError:
+            return {}
 
     def dir_digest(self, rel: str) -> str | None:
         """The digest of the base's folder at ``rel``, as indexed at prepare."""
@@ -294,7 +324,7 @@ def prepare(
         if base is not None:
             root, store, cache = base
             r.set_info(base_root=str(root), base_store=store, base_cache=str(cache))
-            _index_local(r, root, cache, kept=find_by_id(machine, agent_id) is None)
+            index_local(r, root, cache, kept=find_by_id(machine, agent_id) is None)
     return r
 
 
@@ -336,10 +366,15 @@ def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None
             for obj in o.objects.iterdir():
                 if len(obj.name) == 64 and not (r.objects / obj.name).exists():
                     os.replace(obj, r.objects / obj.name)
+        if o.own_base():  # a bulk it kept as its base: that content, file by file
+            for sha, path in o.base_files():
+                if not (r.objects / sha).exists():
+                    with contextlib.suppress(OSError):
+                        os.replace(path, r.objects / sha)
         o.abandon()
 
 
-def _index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = False) -> None:
+def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = False) -> None:
     """Index the base's content (sha -> path) and its folders' digests (path -> digest)
     in one transaction; for a kept folder, note which files changed there since the
     move (lnk/payload/kept.py)."""

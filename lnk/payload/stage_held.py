@@ -34,6 +34,8 @@ class HeldStaging:
         base, cache = info.get("base_root"), info.get("base_cache")
         if not base or not cache or self.r.inventory_dirs() == 0:
             return
+        if self.r.own_base():  # a bulk it kept: nothing but this receiver writes there
+            return
         self.base_pool = ThreadPoolExecutor(1, "lnk-base")
         self.base_now = self.base_pool.submit(_digests_now, Path(base), Path(cache))
 
