@@ -35,8 +35,11 @@ def keep_as_base(machine: Machine, r: Receiver, stage: Stage) -> None:
     safefs.rmtree(base)
     cache.unlink(missing_ok=True)
     if stage.unsettled:  # never placed: the final carries them
-        marks = ",".join("?" * len(stage.unsettled))
-        stage.db.execute(f"DELETE FROM e WHERE kind='f' AND sha IN ({marks})", [*stage.unsettled])
+        stage.db.execute("CREATE TEMP TABLE unsettled (sha TEXT PRIMARY KEY)")
+        stage.db.executemany(
+            "INSERT OR IGNORE INTO unsettled VALUES (?)", ((s,) for s in stage.unsettled)
+        )
+        stage.db.execute("DELETE FROM e WHERE kind='f' AND sha IN (SELECT sha FROM unsettled)")
     commit.materialize(stage, r, machine.folders(stage.head.name).root)
     base.mkdir(mode=0o700)
     (stage.work / "agent").rename(base / "Agent")

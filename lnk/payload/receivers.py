@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,18 +116,18 @@ class Receiver:
             return self.dir, str(path.relative_to(self.dir))
         return None
 
-    def base_files(self) -> list[tuple[str, str]]:
+    def base_files(self) -> Iterator[tuple[str, str]]:
         """(SHA-256, path) of each regular file of the receiver's own base, as indexed
-        (only there: never a file of a person's folder)."""
+        (only there: never a file of a person's folder), one at a time."""
         con = self._local()
         if con is None or not self.own_base():
-            return []
+            return
         inside = str(self.dir / BULK_BASE) + "/"
-        return [
-            (str(sha), str(path))
-            for sha, path in con.execute("SELECT sha, path FROM c")
-            if str(path).startswith(inside) and SHA_RE.fullmatch(str(sha))
-        ]
+        for sha, path in con.execute("SELECT sha, path FROM c"):
+            sha, path = str(sha), str(path)
+            # (no "..": only inside it)
+            if path.startswith(inside) and os.path.normpath(path) == path and SHA_RE.fullmatch(sha):
+                yield sha, path
 
     def local_sha(self, rel: str) -> str | None:
         """The SHA-256 of the file at ``rel`` in the base, as indexed at prepare."""
