@@ -142,6 +142,11 @@ def unchanged(b: Bench, tree: Path, trace: Path | None = None) -> dict[str, floa
 
 
 def one_changed(b: Bench, tree: Path, name: str = NAME) -> float:
+    return moved_with_one_change(b, tree, name)["pause_s"]
+
+
+def moved_with_one_change(b: Bench, tree: Path, name: str) -> dict[str, float]:
+    """A move with one file changed after the bulk: its timings (pause_s, total_s)."""
     src, dst = b.hosts[b.where[name]], b.other(name)
     args = [str(b.here), str(src.home), name, BOX[dst.name]]
     r = subprocess.run(
@@ -150,16 +155,17 @@ def one_changed(b: Bench, tree: Path, name: str = NAME) -> float:
     if r.returncode:
         raise RuntimeError(f"changed move with {tree}: {r.stderr.decode()[-2000:]}")
     b.where[name] = dst.name
-    return float(json.loads(r.stdout.decode().strip().splitlines()[-1])["pause_s"])
+    t = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    return {"pause_s": float(t["pause_s"]), "total_s": float(t["total_s"])}
 
 
-def first_move(b: Bench, tree: Path, name: str, files: int, seed: int) -> float:
+def first_move(b: Bench, tree: Path, name: str, files: int, seed: int) -> dict[str, float]:
     """The pause of an agent's first move, to a box that never held it (its final
     places every file from what the bulk brought), one file changed after the bulk."""
     st = generate(b.hosts["hostA"].home, 0, files=files, name=name, seed=seed)
     set_location(Machine(b.here), name, st.agent_id, "a")
     b.where[name] = "hostA"
-    return one_changed(b, tree, name)
+    return moved_with_one_change(b, tree, name)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -248,7 +254,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         f"| first move (to a box that never held it), pause, one file changed; one run "
-        f"each | {first['before']:.2f} s | {first['after']:.2f} s | goal <= 2 s |"
+        f"each | {first['before']['pause_s']:.2f} s | {first['after']['pause_s']:.2f} s | "
+        "goal <= 2 s |"
+    )
+    print(
+        f"| first move: the whole move (bulk while it answers, then the pause) | "
+        f"{first['before']['total_s']:.2f} s | {first['after']['total_s']:.2f} s | |"
     )
 
 
