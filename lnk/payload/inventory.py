@@ -11,7 +11,7 @@ import json
 import re
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +78,10 @@ def under_any(rel: str, folders: dict[str, str]) -> bool:
     return any(a in folders for a in ancestors(rel))
 
 
-def outside(items: Iterable[tuple[str, str]], folders: dict[str, str]) -> list[str]:
+def outside(items: Iterable[tuple[str, str]], folders: dict[str, str]) -> Iterator[str]:
     """The first of each ``(value, path)`` whose path lies inside none of ``folders``
-    (:func:`under_any`), each parent folder decided once."""
+    (:func:`under_any`), each parent folder decided once; one at a time."""
     inside: dict[str, bool] = {}
-    kept: list[str] = []
     for value, rel in items:
         parent = _parent(rel)
         got = inside.get(parent)
@@ -91,8 +90,7 @@ def outside(items: Iterable[tuple[str, str]], folders: dict[str, str]) -> list[s
                 parent in folders or under_any(parent, folders)
             )
         if not got:
-            kept.append(value)
-    return kept
+            yield value
 
 
 class Inventory:

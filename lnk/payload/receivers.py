@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import secrets
@@ -179,24 +180,36 @@ class Receiver:
         (and small enough that the sender surely keeps it whole, :data:`WHOLE_MAX`) is
         listed as that one folder, and none of the content inside it (the sender sends it
         as one entry); everything else as without (docs/stream-format.md 7.7)."""
-        shas: list[str] = [p.name for p in self.objects.iterdir()] if self.objects.exists() else []
         dirs: dict[str, str] = {}
         db = self.dir / "local.sqlite"
-        if db.exists():
-            con = sqlite3.connect(db)
-            try:
+        # the digests gathered in a table and read back in order: memory bounded whatever
+        # the number of files (a million: 32 MB of digests, not a million strings)
+        con = sqlite3.connect(db if db.exists() else ":memory:")
+        try:
+            con.execute("CREATE TEMP TABLE held (sha TEXT PRIMARY KEY) WITHOUT ROWID")
+            if self.objects.exists():
+                with os.scandir(self.objects) as it:
+                    names = ((e.name,) for e in it if SHA_RE.fullmatch(e.name))
+                    con.executemany("INSERT OR IGNORE INTO held VALUES (?)", names)
+            if db.exists():
                 with contextlib.suppress(sqlite3.OperationalError):
                     dirs = dict(con.execute("SELECT rel, digest FROM d"))
                 if against is None:
-                    shas += [r[0] for r in con.execute("SELECT sha FROM c")]
+                    con.execute("INSERT OR IGNORE INTO held SELECT sha FROM c")
                 else:
-                    rows = con.execute("SELECT sha, rel FROM c").fetchall()
-                    sizes = sizes_of([rel for _sha, rel in rows] + list(dirs))
+                    rels = (rel for (rel,) in con.execute("SELECT rel FROM c"))
+                    sizes = sizes_of(itertools.chain(rels, list(dirs)))
                     dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
-                    shas += outside(rows, dirs)
-            finally:
-                con.close()
-        inv = Inventory.of(s for s in shas if len(s) == 64)
+                    rows = con.cursor().execute("SELECT sha, rel FROM c")
+                    kept = ((sha,) for sha in outside(rows, dirs))
+                    con.executemany("INSERT OR IGNORE INTO held VALUES (?)", kept)
+            blob = bytearray()
+            for (sha,) in con.execute("SELECT sha FROM held ORDER BY sha"):
+                if isinstance(sha, str) and SHA_RE.fullmatch(sha):
+                    blob += bytes.fromhex(sha)
+        finally:
+            con.close()
+        inv = Inventory(bytes(blob))
         inv.dirs = dirs
         base = base_chats(self)
         if base is not None:
