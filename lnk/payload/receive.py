@@ -256,7 +256,8 @@ def _check_phase(r: Any, head: M.Head) -> None:
     held = r.info().get("bulk_stream")
     if not held or head.base_stream != held:
         raise StreamError(
-            f"this final phase builds on stream {head.base_stream}, but this receiver holds "
+            f"this final phase builds on stream {head.base_stream or '(none named)'}, but this "
+            "receiver holds "
             f"{held or 'no bulk phase'}",
             hint="send the bulk phase to this receiver first",
         )
