@@ -45,28 +45,23 @@ __all__ = ["HERE", "finish", "finish_all", "move", "place_leg", "where_is"]
 Say = Callable[[str], None]
 
 
-def _current(machine: Machine, place: str, say: Say, leg: Leg | None = None) -> Leg:
-    """The place's leg (``leg``, when the caller resolved it already), its lnk upgraded
-    first if it is older than this one (as box add does)."""
-    if place == HERE:
-        return leg or place_leg(machine, place)
-    report = boxes.ensure_current(boxes.get(place))
-    if report.action != "found":
-        say(report.describe())
-    return report.box.leg()
-
-
 def _ready_end(machine: Machine, place: str, say: Say, leg: Leg | None = None) -> Leg:
-    """The place's leg, its lnk current and its server started: at an SSH box first as
-    one step (its server's answer says which lnk it is); if that lnk is not this one, or
-    it started no server, its version is checked (and upgraded) and then the server."""
-    if place != HERE:
+    """The place's leg (``leg``, when the caller resolved it already), its lnk current and
+    its server started.  An SSH box, resolved once here: its server's start first, as one
+    step (its answer says which lnk it is); if that lnk is not this one, or it started no
+    server, the box's version is checked and upgraded as ``box add`` does, then the server
+    is started."""
+    if place == HERE:
+        got = leg or place_leg(machine, place)
+    else:
         box = boxes.get(place)
-        if box.local is None:
-            fast = box.leg()
-            if fast.warm_if(boxes.serves_this_lnk):
-                return fast
-    got = _current(machine, place, say, leg)
+        got = box.leg()
+        if box.local is None and got.warm_if(boxes.serves_this_lnk):
+            return got
+        report = boxes.ensure_current(box)
+        if report.action != "found":
+            say(report.describe())
+        got = report.box.leg()
     got.warm()
     return got
 
