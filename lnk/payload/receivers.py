@@ -198,7 +198,7 @@ class Receiver:
                     con.execute("INSERT OR IGNORE INTO held SELECT sha FROM c")
                 else:
                     rels = (rel for (rel,) in con.execute("SELECT rel FROM c"))
-                    sizes = sizes_of(itertools.chain(rels, list(dirs)))
+                    sizes = sizes_of(itertools.chain(rels, dirs))
                     dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
                     rows = con.cursor().execute("SELECT sha, rel FROM c")
                     kept = ((sha,) for sha in outside(rows, dirs))

@@ -35,7 +35,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
 from lnk.errors import StreamError
 from lnk.payload.hashcache import HashCache
-from lnk.payload.receivers import BULK_BASE, Receiver
+from lnk.payload.receivers import BULK_BASE
 
 OLD = 1_600_000_000_000_000_000
 
@@ -123,25 +123,18 @@ def test_content_the_bulk_could_not_settle_comes_with_the_final(src: Machine, ds
     y = fentry("Home/d/y.txt", b"other\n", mtime_ns=OLD)
     entries = [*roots(), dentry("Home/d"), torn, y]
     bulk = seal(public(r), payload(h, entries, b"fake" + b"other\n"))
-    assert not receive_bytes(dst, r, bulk).committed
-    assert r.own_base()
+    brep = receive_bytes(dst, r, bulk)
+    assert not brep.committed and r.own_base()
     assert not (r.dir / BULK_BASE / "Home" / "d" / "x.txt").exists()  # left out
     assert (r.dir / BULK_BASE / "Home" / "d" / "y.txt").read_bytes() == b"other\n"
     final, frep = send_bytes(
-        a, r, phase="final", base_stream=receive_id(bulk, r), inventory=r.inventory()
+        a, r, phase="final", base_stream=brep.stream_id, inventory=r.inventory()
     )
     assert frep.data_bytes >= 4  # x.txt's bytes come with the final
     assert receive_bytes(dst, r, final).committed
     b = load_agent(dst)
     assert (b.folders.home / "d" / "x.txt").read_bytes() == b"real"
     assert (b.folders.home / "d" / "y.txt").read_bytes() == b"other\n"
-
-
-def receive_id(data: bytes, r: Receiver) -> str:
-    """The stream ID a receiver recorded for the bulk it took."""
-    got = r.info().get("bulk_stream")
-    assert isinstance(got, str) and data
-    return got
 
 
 def test_an_interrupted_receivers_kept_bulk_is_not_sent_again(src: Machine, dst: Machine) -> None:

@@ -28,7 +28,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.moved import notes_dir
 from lnk.errors import UsageError
 from lnk.move.moved import leave, moved_away
-from lnk.payload.digests import entry_key, listing_text, tree_digests
+from lnk.payload.digests import dir_key, entry_key, listing_text, sidecar, tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.kept import (
     LEFT,
@@ -232,6 +232,14 @@ _stats = st.tuples(
 )
 
 
+def _stat(mode: int, size: int, mtime: int, ctime: int, ino: int, nlink: int) -> os.stat_result:
+    """The parts of an lstat a listing holds, as ``entry_key`` reads them."""
+    fake = SimpleNamespace(
+        st_mode=mode, st_size=size, st_mtime_ns=mtime, st_ctime_ns=ctime, st_ino=ino, st_nlink=nlink
+    )
+    return cast(os.stat_result, fake)
+
+
 @given(st.dictionaries(_names, st.one_of(_stats, st.text("0123456789abcdef"))))
 def test_a_listing_is_read_back_as_it_was_made(
     entries: dict[str, tuple[int, int, int, int, int, int] | str],
@@ -242,22 +250,11 @@ def test_a_listing_is_read_back_as_it_was_made(
     for name in sorted(entries):
         v = entries[name]
         if isinstance(v, str):
-            keys.append(f"{name}\0{0o755}\0d{v}\n")  # a subfolder's part (digests.dir_key)
+            keys.append(dir_key(name, 0o755, v))  # a subfolder's part
             continue
         mode, size, mtime, ctime, ino, nlink = v
-        fake = SimpleNamespace(
-            st_mode=mode,
-            st_size=size,
-            st_mtime_ns=mtime,
-            st_ctime_ns=ctime,
-            st_ino=ino,
-            st_nlink=nlink,
-        )
-        keys.append(entry_key(name, cast(os.stat_result, fake)))
-        sidecar = any(
-            name.endswith(s) and name[: -len(s)] in names for s in ("-wal", "-shm", "-journal")
-        )
-        if stat.S_ISREG(mode) and not sidecar:
+        keys.append(entry_key(name, _stat(mode, size, mtime, ctime, ino, nlink)))
+        if stat.S_ISREG(mode) and not sidecar(name, names):
             want[name] = (size, mtime, ctime, ino)
     text = listing_text(keys)
     assert left_files(text) == want
@@ -266,10 +263,7 @@ def test_a_listing_is_read_back_as_it_was_made(
 
 
 def test_a_garbled_listing_counts_as_none() -> None:
-    fake = SimpleNamespace(
-        st_mode=stat.S_IFREG | 0o644, st_size=1, st_mtime_ns=2, st_ctime_ns=3, st_ino=4, st_nlink=1
-    )
-    good = listing_text([entry_key("f", cast(os.stat_result, fake))])
+    good = listing_text([entry_key("f", _stat(stat.S_IFREG | 0o644, 1, 2, 3, 4, 1))])
     assert left_files(good) == {"f": (1, 2, 3, 4)}
     for bad in (b"f\x001\n", good.replace(b"\x00", b"\x01"), b"x" + good[1:].replace(b"1", b"z")):
         assert left_files(bad) == {}
