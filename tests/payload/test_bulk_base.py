@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 
 import pytest
 from payload_helpers import (
@@ -183,3 +184,34 @@ def test_a_final_claiming_what_the_kept_bulk_does_not_hold_is_refused(
     with pytest.raises(StreamError, match=r"indexed no such folder|held here whole"):
         receive_bytes(dst, r, data)
     assert machine_tree(dst) == before and not dst.folders("work").root.exists()
+
+
+@pytest.mark.parametrize("where", ["outside", "dotdot", "not a digest"])
+def test_an_earlier_receivers_index_moves_nothing_from_outside_its_kept_bulk(
+    src: Machine, dst: Machine, tmp_path: Path, where: str
+) -> None:
+    """A prepare adopts an interrupted receiver's kept bulk file by file, by that
+    receiver's own index: a row naming a file elsewhere (a person's, reached directly or
+    through ``..``), or with no SHA-256 for a name, moves nothing."""
+    a = _agent(src)
+    r = prepare(dst, a.id)
+    bulk, _ = send_bytes(a, r, phase="bulk")
+    receive_bytes(dst, r, bulk)
+    theirs = tmp_path / "persons-file.txt"
+    theirs.write_bytes(b"a person's file\n")
+    inside = r.dir / BULK_BASE / "Home"
+    path, digest = {
+        "outside": (str(theirs), "ab" * 32),
+        "dotdot": (f"{inside}{'/..' * 64}{theirs}", "cd" * 32),
+        "not a digest": (str(inside / "unindexed.txt"), "../../escape"),
+    }[where]
+    (inside / "unindexed.txt").write_bytes(b"in the kept bulk, not in its index\n")
+    con = sqlite3.connect(r.dir / "local.sqlite")
+    con.execute("INSERT INTO c VALUES (?, ?, ?)", (digest, path, "Home/x"))
+    con.commit()
+    con.close()
+    r2 = prepare(dst, a.id)
+    assert theirs.read_bytes() == b"a person's file\n"
+    assert not any(p.name in ("ab" * 32, "cd" * 32) for p in r2.objects.iterdir())
+    assert not os.path.lexists(r2.objects / ".." / ".." / "escape")
+    assert len(list(r2.objects.iterdir())) > 50  # the kept bulk's own files were adopted
