@@ -34,16 +34,17 @@ class HeldStaging:
         base, cache = info.get("base_root"), info.get("base_cache")
         if not base or not cache or self.r.inventory_dirs() == 0:
             return
-        if self.r.own_base():  # a bulk it kept: nothing but this receiver writes there
+        if self.r.own_base():  # a bulk it kept: read from its index (base_walked)
             return
         self.base_pool = ThreadPoolExecutor(1, "lnk-base")
         self.base_now = self.base_pool.submit(_digests_now, Path(base), Path(cache))
 
     def base_walked(self) -> tuple[dict[str, str], dict[str, int]] | None:
         """What the walk of the base beside the stream found (None if it did not run
-        or failed)."""
+        or failed); for the receiver's own kept bulk, where nothing but this receiver
+        writes, its folders' digests as indexed."""
         if self.base_now is None:
-            return None
+            return (self.r.indexed_digests(), {}) if self.r.own_base() else None
         try:
             return self.base_now.result()
         except Exception:  # the caller walks again

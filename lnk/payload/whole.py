@@ -38,8 +38,6 @@ def held_whole(
         raise Conflict(f"{held[0][0]} is said to be held here whole, but nothing is held here")
     root = Path(base)
     walked = stage.base_walked()
-    if walked is None and r.own_base():  # its own kept bulk, as indexed (none else writes it)
-        walked = r.indexed_digests(), {}
     if walked is None:  # the walk beside the stream failed: once more, here
         cache = HashCache(Path(cache_path), readonly=True)
         try:
