@@ -138,7 +138,7 @@ def tree_digests(
     return _tree(root, Files(cache, listed))
 
 
-Note = Callable[[str, str, str], None]
+Note = Callable[[list[tuple[str, str, str]]], None]  # (sha256, source, rel) of files
 
 
 def keeper(
@@ -170,8 +170,9 @@ def index_tree(
 ) -> tuple[dict[str, str], dict[str, int]]:
     """:func:`tree_digests` for a receiver's index of its base: every file's content
     digest is known (read and hashed where the cache does not vouch for it, a SQLite
-    database through a snapshot in ``snap_dir``), and ``note(sha256, source, rel)`` is
-    called for each file.  The digests a walk with ends gives with ``links=True``.
+    database through a snapshot in ``snap_dir``), and ``note([(sha256, source, rel),
+    ...])`` is called with the files, a folder's at a time.  The digests a walk with
+    ends gives with ``links=True``.
 
     A file of a folder the cache remembers comes from its cache row, without
     ``cache.lookup`` (a kept folder's cache notes changes there: none can be where
@@ -212,34 +213,32 @@ class Indexed(Files):
             wal=wal,
         )  # fmt: skip
         if f.source is not None:
-            self.note(f.sha256, str(f.source), rel)
+            self.note([(f.sha256, str(f.source), rel)])
         if f.snapshot or f.group is not None:
             return ""
         return f.sha256 or (EMPTY_SHA if f.size == 0 else "")
 
     def remembered(self, fr: _Dir, names: set[str]) -> bool:
-        # the folder's cache rows, compared here as HashCache.lookup does (not the
-        # cache's own lookup, which a kept folder's overrides to note changes)
+        # the folder's cache rows, read (not through the cache's lookup, which a kept
+        # folder's overrides to note changes).  Not compared with the stats again: the
+        # folder's fingerprint is every entry's lstat as when it was remembered, and then
+        # each file's row was that lstat's (a row written since is of another lstat, so
+        # of another fingerprint)
         cached = self.cache.rows_of(fr.rel)
         rows: list[tuple[str, str, str]] = []
+        path, rel = fr.path, fr.rel
         for name, st, sub in fr.seen:
             if sub is not None or not stat.S_ISREG(st.st_mode) or sidecar(name, names):
                 continue
             row = cached.get(name)
-            if row is not None and row[:4] == (
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                st.st_ino,
-            ):
+            if row is not None:
                 sha = row[4]
             elif st.st_size == 0:
                 sha = EMPTY_SHA
             else:
                 return False  # its row is gone: the folder is read as if not remembered
-            rows.append((sha, f"{fr.path}/{name}", f"{fr.rel}/{name}"))
-        for noted in rows:
-            self.note(*noted)
+            rows.append((sha, f"{path}/{name}", f"{rel}/{name}"))
+        self.note(rows)
         return True
 
 

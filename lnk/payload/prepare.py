@@ -54,7 +54,7 @@ def prepare_here(
         receiver=r.rid,
         public_key=r.key().public.text(),
         format=STREAM_FORMAT,
-        holds=len(r.inventory()),
+        holds=r.holds(),
         has_agent=has_agent,
         folders=r.inventory_dirs(),
         model=models.describe(model),

@@ -174,6 +174,30 @@ class Receiver:
         except sqlite3.OperationalError:
             return 0
 
+    def holds(self) -> int:
+        """How many distinct contents this receiver holds (its objects and its base's
+        files as indexed): what ``len(self.inventory())`` is, counted, not listed."""
+        con = self._local()
+        indexed: set[str] = set()
+        n = 0
+        if con is not None:
+            with contextlib.suppress(sqlite3.OperationalError):  # no index of a base yet
+                n = int(con.execute("SELECT COUNT(DISTINCT sha) FROM c").fetchone()[0])
+        if self.objects.exists():
+            with os.scandir(self.objects) as it:
+                staged = [e.name for e in it if SHA_RE.fullmatch(e.name)]
+            if con is not None and staged:
+                with contextlib.suppress(sqlite3.OperationalError):
+                    indexed = {
+                        sha
+                        for (sha,) in con.execute(
+                            "SELECT sha FROM c WHERE sha IN (SELECT value FROM json_each(?))",
+                            (json.dumps(staged),),
+                        )
+                    }
+            n += sum(1 for sha in staged if sha not in indexed)
+        return n
+
     def inventory(self, against: dict[str, str] | None = None) -> Inventory:
         """What this receiver holds.  ``against`` the sender's folder digests
         (:class:`lnk.protocol.StateDigests`), a folder held whole with the sender's digest
@@ -401,8 +425,8 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
         snap.mkdir(exist_ok=True)
         files: list[tuple[str, str, str]] = []
 
-        def note(sha: str, source: str, rel: str) -> None:
-            files.append((sha, source, rel))
+        def note(rows: list[tuple[str, str, str]]) -> None:
+            files.extend(rows)
             if len(files) >= 5000:
                 con.executemany("INSERT INTO c VALUES (?,?,?)", files)
                 files.clear()

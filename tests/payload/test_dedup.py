@@ -105,3 +105,25 @@ def test_inventory_round_trips_its_bytes(src: Machine, dst: Machine) -> None:
     for blob in blobs.values():
         assert sha(blob) in back
     assert sha(b"not there") not in back
+
+
+def test_a_prepare_counts_what_the_receiver_holds_as_its_inventory_lists_it(
+    src: Machine, dst: Machine
+) -> None:
+    """``Prepared.holds`` is counted, not listed: the same number as the inventory's,
+    with staged content both new and also in the base (counted once)."""
+    from payload_helpers import sha
+
+    a, blobs = _agent_with_files(src, n=3)
+    move(a, dst)
+    r = prepare(dst, a.id)
+    before = len(r.inventory())
+    assert r.holds() == before >= 3
+    one = next(iter(blobs.values()))
+    (r.objects / sha(one)).write_bytes(one)  # held twice: once
+    (r.objects / sha(b"staged only")).write_bytes(b"staged only")
+    (r.objects / "not-a-digest").write_bytes(b"x")
+    assert r.holds() == len(r.inventory()) == before + 1
+    bare = prepare(dst)
+    (bare.objects / sha(b"staged only")).write_bytes(b"staged only")
+    assert bare.holds() == len(bare.inventory()) == 1

@@ -313,8 +313,9 @@ def walked_index(root: Path, cache: HashCache, snap: Path) -> Index:
 def indexed(root: Path, cache: HashCache, snap: Path) -> Index:
     rows: list[tuple[str, str, str]] = []
 
-    def note(sha: str, source: str, rel: str) -> None:
-        rows.append((sha, "" if source.startswith(str(snap)) else source, rel))
+    def note(files: list[tuple[str, str, str]]) -> None:
+        for sha, source, rel in files:
+            rows.append((sha, "" if source.startswith(str(snap)) else source, rel))
 
     digests = index_tree(root, cache, snap, note)[0]
     return sorted(rows), digests
