@@ -338,12 +338,17 @@ class StateDigests(Answer):
     Each path is a folder's path in the stream (``Home/src``): relative, ``/``-separated,
     no empty, ``.`` or ``..`` part; each digest the first :data:`DIGEST_PREFIX` to 64
     lowercase hex digits of the folder's (a sender gives the first 24: a receiver only
-    picks by them what to name, and the sender compares whole digests)."""
+    picks by them what to name, and the sender compares whole digests).
+
+    ``at``: the sending machine's file-system clock (nanoseconds) as its walk began, or 0
+    (unsaid, an older lnk); a receiver's inventory gives it back, so the sender knows
+    which files of a folder named held whole are unchanged since (stream-format.md 7.7)."""
 
     WHAT: ClassVar[str] = "state digests"
     agent: str
     id: str
     dirs: dict[str, str]
+    at: int = 0
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "") -> Self:
@@ -351,6 +356,8 @@ class StateDigests(Answer):
         name = where or cls.WHAT
         if len(ans.dirs) > MAX_FOLDERS:
             raise ProtocolError(f"{name}.dirs lists more than {MAX_FOLDERS:,} folders")
+        if not 0 <= ans.at < 1 << 63:
+            raise ProtocolError(f"{name}.at is not a time in nanoseconds")
         for path, digest in ans.dirs.items():
             if not _folder_path(path):
                 raise ProtocolError(f"{name}.dirs has a path that is not a folder's: {path[:80]!r}")

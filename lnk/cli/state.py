@@ -117,18 +117,19 @@ MAX_DIGESTS = 512 << 20
 @json_option
 def state_digests(agent_name: str | None, as_json: bool) -> None:
     """Print the agent's folders' digests, for a receiver's inventory --against."""
-    from lnk.payload.folders import sending_digests
+    from lnk.payload.folders import clock, sending_digests
 
     a = registry.find(Machine.current(), agent_name)
+    at = clock(a.folders.root)  # before the walk: a file changed since is not vouched for
     dirs = sending_digests(a.folders.root, a.runtime / "hashes.sqlite")
     dirs = {p: d[:DIGEST_PREFIX] for p, d in dirs.items()}  # a receiver picks by these
     if as_json:
-        emit_json(StateDigests(agent=a.name, id=a.id, dirs=dirs).to_json())
+        emit_json(StateDigests(agent=a.name, id=a.id, dirs=dirs, at=at).to_json())
     else:
         out(f"{a.name}: {len(dirs)} folders with a digest")
 
 
-def _against(path: Path) -> dict[str, str]:
+def _against(path: Path) -> StateDigests:
     """The sender's folder digests (``state-digests --json``), checked as they arrive."""
     if str(path) == "-":
         raw = sys.stdin.buffer.read(MAX_DIGESTS + 1)
@@ -146,7 +147,7 @@ def _against(path: Path) -> dict[str, str]:
     except (ValueError, RecursionError) as e:
         raise InvalidInput(f"the sender's folder digests are not JSON ({e})", hint=hint) from e
     try:
-        return StateDigests.from_json(doc, "the sender's folder digests").dirs
+        return StateDigests.from_json(doc, "the sender's folder digests")
     except ProtocolError as e:
         raise InvalidInput(e.message, hint=hint) from e
 
@@ -252,8 +253,11 @@ def state_receive(
     if against is not None and not inventory:
         raise UsageError("--against goes with --inventory", hint="add --inventory")
     if inventory:
-        theirs = _against(against) if against is not None else None
-        sys.stdout.buffer.write(r.inventory(theirs).to_bytes())
+        if against is None:
+            sys.stdout.buffer.write(r.inventory().to_bytes())
+        else:
+            theirs = _against(against)
+            sys.stdout.buffer.write(r.inventory(theirs.dirs, at=theirs.at).to_bytes())
         return
     if sys.stdin.isatty():
         raise UsageError(

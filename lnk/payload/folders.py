@@ -9,6 +9,9 @@ before they walk, and go into none that the other end holds alike.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 from pathlib import Path
 
 from lnk.payload.digests import tree_digests
@@ -32,3 +35,22 @@ def sending_digests(root: Path, cache_path: Path) -> dict[str, str]:
         return tree_digests(root, cache)[0]
     finally:
         cache.close()
+
+
+def clock(root: Path) -> int:
+    """The file-system clock of the agent's folder now (nanoseconds): the change time of a
+    file made and removed at once in ``root`` (beside the file roots, never in one), so a
+    file's change time compares with it whatever this machine's clock says (a network
+    file system stamps with its server's).  0 where nothing can be made there: no file
+    is then known unchanged since (docs/stream-format.md 7.7)."""
+    probe = root / f".lnk-clock-{secrets.token_hex(6)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return 0
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)

@@ -19,7 +19,7 @@ from lnk.errors import InvalidInput
 
 DIGEST = 32
 MAGIC = b"LNKINV1\n"
-MAGIC2 = b"LNKINV2\n"  # then u32 length, a JSON object {"logs": {...}, "dirs": {...}}, digests
+MAGIC2 = b"LNKINV2\n"  # then u32 length, a JSON object {"logs", "dirs", "at"}, the digests
 MAX_LOGS_JSON = 64 << 20
 _DIGEST_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -99,7 +99,10 @@ class Inventory:
     With the logs, a sender sends a log only from where the receiver's copy
     ends, when both agree on that last event.  With the folders' digests (path ->
     digest, docs/stream-format.md "Folder digests"), a sender sends a folder the
-    receiver holds whole at the same path as one entry.
+    receiver holds whole at the same path as one entry.  With ``at`` (the sender's
+    file-system clock when it took the digests the folders were named against), a
+    file of a named folder that changed since is still known held where it and the
+    folders above it, up to the named one, have not changed since (7.7).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class Inventory:
         self.blob = blob
         self.logs = logs or {}
         self.dirs = dirs or {}
+        self.at = 0
         self._starts: array[int] | None = None
 
     def log_since(self, key: str, last_here: int, digest_at: Any) -> int:
@@ -163,15 +167,19 @@ class Inventory:
         return cls(b"".join(items))
 
     def to_bytes(self) -> bytes:
-        if not self.logs and not self.dirs:
+        if not self.logs and not self.dirs and not self.at:
             return MAGIC + self.blob
-        meta = json.dumps({"logs": self.logs, "dirs": self.dirs}, separators=(",", ":")).encode()
+        doc: dict[str, Any] = {"logs": self.logs, "dirs": self.dirs}
+        if self.at:
+            doc["at"] = self.at
+        meta = json.dumps(doc, separators=(",", ":")).encode()
         return MAGIC2 + struct.pack(">I", len(meta)) + meta + self.blob
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Inventory:
         logs: dict[str, list[Any]] = {}
         dirs: dict[str, str] = {}
+        at: Any = 0
         if data.startswith(MAGIC2):
             if len(data) < len(MAGIC2) + 4:
                 raise InvalidInput("the inventory ends in its header", hint="make a new one")
@@ -183,6 +191,7 @@ class Inventory:
                 meta = json.loads(data[start : start + n])
                 logs = dict(meta.get("logs", {}))
                 dirs = dict(meta.get("dirs", {}))
+                at = meta.get("at", 0)
             except (ValueError, AttributeError, TypeError, RecursionError) as e:
                 raise InvalidInput(
                     f"the inventory's log list is damaged ({e})", hint="make a new one"
@@ -200,7 +209,12 @@ class Inventory:
                 raise InvalidInput(
                     "the inventory's folder digests are damaged", hint="make a new one"
                 )
+        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < 1 << 63:
+            raise InvalidInput(
+                "the inventory's time of the sender's digests is not a time", hint="make a new one"
+            )
         inv = cls(blob, logs, dirs)
+        inv.at = at
         for i in range(1, len(inv)):
             if blob[(i - 1) * DIGEST : i * DIGEST] >= blob[i * DIGEST : (i + 1) * DIGEST]:
                 raise InvalidInput("the inventory is not sorted", hint="make a new one")

@@ -198,12 +198,13 @@ class Receiver:
             n += sum(1 for sha in staged if sha not in indexed)
         return n
 
-    def inventory(self, against: dict[str, str] | None = None) -> Inventory:
+    def inventory(self, against: dict[str, str] | None = None, at: int = 0) -> Inventory:
         """What this receiver holds.  ``against`` the sender's folder digests
         (:class:`lnk.protocol.StateDigests`), a folder held whole with the sender's digest
         (and small enough that the sender surely keeps it whole, :data:`WHOLE_MAX`) is
         listed as that one folder, and none of the content inside it (the sender sends it
-        as one entry); everything else as without (docs/stream-format.md 7.7)."""
+        as one entry); everything else as without (docs/stream-format.md 7.7).  ``at``:
+        when the sender took those digests (its ``StateDigests.at``), given back."""
         dirs: dict[str, str] = {}
         db = self.dir / "local.sqlite"
         # the digests gathered in a table and read back in order: memory bounded whatever
@@ -235,6 +236,7 @@ class Receiver:
             con.close()
         inv = Inventory(bytes(blob))
         inv.dirs = dirs
+        inv.at = at if against is not None else 0
         base = base_chats(self)
         if base is not None:
             inv.logs = log_tails(*base)

@@ -35,6 +35,10 @@ from lnk.payload.reading import (
 from lnk.payload.walk import WalkedFile
 
 BATCH_DATA_BYTES = 8 << 20
+STEADY_MARGIN_NS = RACY_NS
+"""How long before the sender's digests a change must be for a file of a folder the
+receiver holds whole to be known unchanged since (a file system's clock steps in ticks,
+and may be set back a little)."""
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
 SMALL_FILE = 1 << 20  # files up to this size are read once, into memory, before their entry
 
@@ -48,6 +52,7 @@ class SendReport:
     file_bytes: int = 0  # the agent's file bytes, sent or not
     data_bytes: int = 0  # file bytes carried in this stream
     held_by_receiver: int = 0  # files whose bytes the receiver already had
+    held_unchanged: int = 0  # of those, known held as unchanged in a folder it holds whole
     kept_folders: int = 0  # folders the receiver holds whole: one entry each, no contents
     collections: int = 0
     collection_records: int = 0
@@ -96,7 +101,8 @@ class FileSender:
         self.snap_dir = snap_dir
         self.chunk: list[Slot] = []
         self.w = writer
-        self.inv = inventory or Inventory()
+        # (not ``or``: an inventory of no digests is falsy, and may still name folders)
+        self.inv = inventory if inventory is not None else Inventory()
         self.report = report
         self.progress = progress or (lambda n: None)
         self.phase = phase
@@ -106,10 +112,38 @@ class FileSender:
         self.queue: deque[_Batch] = deque()
         self.sent: set[bytes] = set()
         self.groups: dict[int, tuple[int, str]] = {}  # group -> (size, sha) of its first
+        # the folders walked into that the receiver holds as this agent had them when the
+        # digests its inventory was named against were taken: a named folder, and those
+        # inside it, none of whose entries changed since (their change times say)
+        self.steady_before = self.inv.at - STEADY_MARGIN_NS if self.inv.at else 0
+        self.steady: set[str] = set()
 
-    def _held(self, sha: str) -> bool:
-        d = bytes.fromhex(sha)
-        return d in self.sent or d in self.inv
+    def _held(self, f: WalkedFile) -> bool:
+        d = bytes.fromhex(f.sha256)
+        return d in self.sent or d in self.inv or self._unchanged(f)
+
+    def _folder(self, f: WalkedFile) -> None:
+        """A folder walked into: steady if it is named held whole, or lies in a steady
+        one, and changed (an entry added, removed or renamed; a rename of it) before the
+        receiver's folders were named (docs/stream-format.md 7.7)."""
+        if not self.steady_before or f.kept or f.st is None:
+            return
+        if f.st.st_ctime_ns < self.steady_before and (
+            f.rel in self.inv.dirs or f.rel.rpartition("/")[0] in self.steady
+        ):
+            self.steady.add(f.rel)
+
+    def _unchanged(self, f: WalkedFile) -> bool:
+        """A regular file of a steady folder, itself unchanged since the digests (its
+        content, its links): the receiver holds this content, at this path."""
+        return (
+            bool(self.steady)
+            and f.st is not None
+            and f.group is None
+            and not f.snapshot
+            and f.st.st_ctime_ns < self.steady_before
+            and f.rel.rpartition("/")[0] in self.steady
+        )
 
     def add(self, f: WalkedFile) -> None:
         # a FILES body stays within MAX_JSON_RECORD whatever the paths' length (an entry
@@ -119,9 +153,11 @@ class FileSender:
             self.cut()
         self.batch.json_bytes += size
         job: Slot | None = None
+        if f.kind == "d":
+            self._folder(f)
         if f.kind == "f" and f.size > 0 and f.group_first:
             small = f.size <= SMALL_FILE
-            if f.sha256 == "" or (small and not self._held(f.sha256)):
+            if f.sha256 == "" or (small and not self._held(f)):
                 # read now (small: its bytes travel from memory) or hash (big)
                 assert f.source is not None
                 job = Slot(f.source, small)
@@ -236,6 +272,10 @@ class FileSender:
                 elif digest in self.inv:
                     send = False
                     r.held_by_receiver += 1
+                elif self._unchanged(f):
+                    send = False
+                    r.held_by_receiver += 1
+                    r.held_unchanged += 1
             if send:
                 if size >= DEDUP_MIN:
                     # remembered only for files worth it, so memory stays bounded by

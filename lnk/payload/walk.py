@@ -45,7 +45,7 @@ class WalkedFile:
     snapshot: bool = False  # source is a private snapshot, not the file itself
     target: str = ""  # a symbolic link's target text (kind "l")
     kept: str = ""  # kind "d": the receiver holds this folder whole, with this digest
-    # its stat when its SHA-256 was known (walk or read); a link's lstat
+    # its stat when its SHA-256 was known (walk or read); a link's or a folder's lstat
     st: os.stat_result | None = None
     read_at: int = 0  # when that read began (time_ns); 0: the hash cache vouched for it
     # kind "e": the devices, fifos and sockets directly in the folder, by name, with their
@@ -210,7 +210,7 @@ def walk_agent(
     for root, top, st in agent_roots(agent_root):
         kept = keep(root) if keep is not None else ""
         if kept:
-            yield WalkedFile(root, "d", stat.S_IMODE(st.st_mode), kept=kept)
+            yield WalkedFile(root, "d", stat.S_IMODE(st.st_mode), kept=kept, st=st)
             continue
         yield from walk_dir(
             top, root, cache, stats, groups, snap_dir, hash_files, links, sqlite, ends, keep
@@ -235,7 +235,7 @@ def walk_dir(
     With ``ends``, each folder's end follows its contents, carrying its digest."""
     st = os.lstat(path)
     stats.folders += 1
-    yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode))
+    yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode), st=st)
     stack = [_Frame(rel, stat.S_IMODE(st.st_mode), path, ends)]
     while stack:
         fr = stack[-1]
@@ -273,9 +273,9 @@ def walk_dir(
             mode = stat.S_IMODE(est.st_mode)
             kept = keep(erel) if keep is not None else ""
             if kept:
-                yield WalkedFile(erel, "d", mode, kept=kept)
+                yield WalkedFile(erel, "d", mode, kept=kept, st=est)
                 continue
-            yield WalkedFile(erel, "d", mode)
+            yield WalkedFile(erel, "d", mode, st=est)
             stack.append(_Frame(erel, mode, e.path, ends))
             continue
         if not stat.S_ISREG(est.st_mode):

@@ -92,6 +92,8 @@ def test_unchanged_the_inventory_names_folders_not_files(moved: tuple[World, str
     assert small.dirs["Home"].startswith(theirs["dirs"]["Home"]) and len(small.dirs["Home"]) == 64
     assert len(small) <= len(full) - len(FOLDERS) * PER_FOLDER  # no Home file's content
     assert len(small.to_bytes()) * 5 < len(full.to_bytes())
+    # the sender's file-system clock as its walk began, given back for the send
+    assert theirs["at"] > 0 and small.at == theirs["at"] and full.at == 0
 
 
 def test_one_changed_file_lists_only_its_folders_content(moved: tuple[World, str]) -> None:
@@ -134,6 +136,10 @@ HOSTILE = [
     b'{"agent": "work", "id": "x", "dirs": {"Home": 5}}',
     b'{"agent": "work", "id": "x", "dirs": []}',
     b"[" * 100_000,
+    b'{"agent": "work", "id": "x", "dirs": {}, "at": -1}',
+    b'{"agent": "work", "id": "x", "dirs": {}, "at": "now"}',
+    b'{"agent": "work", "id": "x", "dirs": {}, "at": 1e30}',
+    b'{"agent": "work", "id": "x", "dirs": {}, "at": 99999999999999999999}',
 ]
 
 

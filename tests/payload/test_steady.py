@@ -1,0 +1,187 @@
+"""Files of a folder the receiver holds whole, unchanged since the sender's digests.
+
+The receiver names a folder held whole when it holds it as the sender had it when the
+sender took its digests (``StateDigests.at``, given back in the inventory).  When the
+folder changes after that (the agent writes while a move runs), the sender walks into
+it; a file there that has not changed since (its change time, and those of the folders
+above it up to the named one, older than the digests) is still held by the receiver
+at that path, and goes without its bytes: one changed file costs its own bytes, not
+its folder's (docs/stream-format.md 7.7).  Anything moved, renamed, linked or written
+there since is sent, and the arrival is the agent as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from payload_helpers import agent_files, load_agent, make_agent, move, prepare, write
+
+from lnk.agents.layout import Machine
+from lnk.agents.registry import Agent
+from lnk.payload import send_files
+from lnk.payload.folders import clock, sending_digests
+from lnk.payload.inventory import Inventory
+from lnk.payload.receive import receive
+from lnk.payload.send import send_agent
+from lnk.payload.send_files import SendReport
+from lnk.protocol import StateDigests
+
+BODY = 600  # bytes of each file of the tree
+AT = True
+OLD = 1_600_000_000_000_000_000  # their mtime: long settled, so the hash cache keeps them
+
+
+def _tree(home: Path) -> int:
+    """Four folders of five files, and one beside them; the bytes of all."""
+    n = 0
+    for d in range(4):
+        for i in range(5):
+            body = f"{d}/{i} ".encode().ljust(BODY, b".")
+            write(home / f"d{d}" / "sub" / f"f{i}.txt", body, 0o644, OLD)
+            n += BODY
+    write(home / "top.txt", b"top\n", 0o644, OLD)
+    return n + 4
+
+
+@pytest.fixture(autouse=True)
+def _no_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a unit test cannot wait seconds for the margin a file system's clock needs: the
+    # clock is compared as it is (a change in the digests' own tick is still a change)
+    monkeypatch.setattr(send_files, "STEADY_MARGIN_NS", 0)
+
+
+def _after_every_change(root: Path) -> None:
+    """Wait until the file system's clock has passed every change time under ``root``."""
+    newest = max(os.lstat(p).st_ctime_ns for p in [root, *root.rglob("*")])
+    for _ in range(1000):
+        if clock(root) > newest:
+            return
+        time.sleep(0.002)
+    raise AssertionError("the file system's clock did not move")
+
+
+def _resend(a: Agent, dst: Machine, change: object, at: bool = True) -> SendReport:
+    """An inventory against the agent's digests now; then ``change()``; then the send
+    with that inventory, received; the destination must hold the agent as it is."""
+    _after_every_change(a.folders.root)
+    r = prepare(dst, a.id)
+    theirs = StateDigests(
+        agent=a.name,
+        id=a.id,
+        at=clock(a.folders.root),
+        dirs=sending_digests(a.folders.root, a.runtime / "hashes.sqlite"),
+    )
+    inv = Inventory.from_bytes(r.inventory(theirs.dirs, at=theirs.at if at else 0).to_bytes())
+    assert "Home" in inv.dirs and (inv.at > 0) == at
+    change()  # type: ignore[operator]
+    path = dst.home.parent / "stream"
+    with open(path, "wb") as f:
+        rep = send_agent(a, f, r.key().public, inventory=inv)
+    with open(path, "rb") as f:
+        assert receive(dst, r.rid, f).committed
+    # every file of the agent, as it is (a Home file only at a live destination stays
+    # there: stream-format.md 7.6)
+    assert agent_files(a.folders.root).items() <= agent_files(load_agent(dst).folders.root).items()
+    return rep
+
+
+def test_one_file_changed_after_the_inventory_sends_its_bytes_alone(
+    src: Machine, dst: Machine
+) -> None:
+    a = make_agent(src)
+    _tree(a.folders.home)
+    move(a, dst)
+    changed = a.folders.home / "d2" / "sub" / "f3.txt"
+    rep = _resend(a, dst, lambda: changed.write_bytes(b"changed\n"))
+    assert rep.data_bytes == len(b"changed\n")
+    assert rep.held_unchanged == 20  # the other nineteen of the tree, and top.txt
+
+
+def test_without_the_time_of_the_digests_the_changed_folder_goes_whole(
+    src: Machine, dst: Machine
+) -> None:
+    """An inventory from an older receiver (no ``at``): the folder named whole that
+    changed is sent as it is, every file of it with its bytes, as before."""
+    a = make_agent(src)
+    total = _tree(a.folders.home)
+    move(a, dst)
+    changed = a.folders.home / "d2" / "sub" / "f3.txt"
+    rep = _resend(a, dst, lambda: changed.write_bytes(b"changed\n"), at=False)
+    assert rep.held_unchanged == 0
+    assert rep.data_bytes == total - BODY + len(b"changed\n")
+
+
+def test_a_folder_moved_into_a_named_folder_is_sent_with_its_neighbours(
+    src: Machine, dst: Machine
+) -> None:
+    """Its files are older than the digests, but the folder they arrive in changed (an
+    entry added): nothing in that folder is vouched for, the rest of the tree is."""
+    a = make_agent(src)
+    _tree(a.folders.home)
+    move(a, dst)
+    outside = src.home / "elsewhere"
+    for i in range(3):
+        write(outside / f"new{i}.txt", f"new {i}\n".encode() * 40)
+
+    def arrive() -> None:
+        os.rename(outside, a.folders.home / "d1" / "moved")
+
+    rep = _resend(a, dst, arrive)
+    # d1 changed: its subfolder's five files and the three that arrived go with bytes
+    assert rep.data_bytes == 5 * BODY + 3 * len(b"new 0\n" * 40)
+    assert rep.held_unchanged == 15 + 1
+
+
+@pytest.mark.parametrize("how", ["rename-across", "swap", "link-and-write"])
+def test_files_renamed_swapped_or_written_through_a_link_are_sent(
+    src: Machine, dst: Machine, how: str
+) -> None:
+    a = make_agent(src)
+    _tree(a.folders.home)
+    move(a, dst)
+    home = a.folders.home
+    f0, f1 = home / "d0" / "sub" / "f0.txt", home / "d0" / "sub" / "f1.txt"
+
+    def change() -> None:
+        if how == "rename-across":
+            os.rename(f0, home / "d3" / "sub" / "f9.txt")
+        elif how == "swap":
+            os.rename(f0, home / "d0" / "sub" / "tmp")
+            os.rename(f1, f0)
+            os.rename(home / "d0" / "sub" / "tmp", f1)
+        else:
+            other = src.home / "other-name"
+            os.link(f0, other)
+            with open(other, "r+b") as f:
+                f.write(b"X")
+
+    rep = _resend(a, dst, change, at=AT)
+    # what arrives is the agent as it is (checked by _resend); nothing in a folder whose
+    # entries changed is vouched for, nor a file written through another name
+    assert rep.held_unchanged == {"rename-across": 11, "swap": 16, "link-and-write": 20}[how]
+
+
+@pytest.mark.parametrize("at", [-1, "now", 1.5, True, 1 << 63, None])
+def test_an_inventory_with_a_bad_time_of_the_digests_is_refused(at: object) -> None:
+    """The sender reads ``at`` from the inventory the receiving end wrote: a time that
+    is not one is refused in one clear error, not half believed."""
+    import json
+    import struct
+
+    from lnk.errors import InvalidInput
+    from lnk.payload.inventory import MAGIC2
+
+    meta = json.dumps({"logs": {}, "dirs": {}, "at": at}).encode()
+    with pytest.raises(InvalidInput, match="time of the sender's digests"):
+        Inventory.from_bytes(MAGIC2 + struct.pack(">I", len(meta)) + meta)
+
+
+def test_an_inventory_carries_the_time_of_the_digests() -> None:
+    inv = Inventory.of([b"\x01" * 32])
+    inv.at = 1_796_547_003_962_220_660
+    back = Inventory.from_bytes(inv.to_bytes())
+    assert back.at == inv.at and b"\x01" * 32 in back
+    assert Inventory.from_bytes(Inventory.of([]).to_bytes()).at == 0
