@@ -13,7 +13,9 @@ the same machine and the same agent:
   beside it ``rsync -a -e ssh`` of a copy of the agent with nothing to update;
 * **pause, one file changed**: one file rewritten after the bulk (the mover's
   ``move:after-bulk`` point, in a child process of that tree); lnk's own
-  ``timings.pause_s`` (agent paused -> answering at the destination).
+  ``timings.pause_s`` (agent paused -> answering at the destination); and the same
+  with the file rewritten once the agent is paused (``move:after-pause``: after the
+  final's inventory named its folder held whole), with the final's data bytes.
 
 Each tree runs on both ends: here with ``PYTHONPATH=DIR``, on the boxes with
 ``LNK_REMOTE_LNK="env PYTHONPATH=DIR python3 -m lnk"``.
@@ -55,17 +57,17 @@ from pathlib import Path
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.move import move as mv
-here, src_home, name, to = sys.argv[1:5]
+here, src_home, name, to, at = sys.argv[1:6]
 orig = mv.fault
 def hook(point):
-    if point == "move:after-bulk":
+    if point == at:
         a = registry.find(Machine(Path(src_home)), name)
         f = next(p for p in (a.folders.home / "many").rglob("*.txt"))
         f.write_bytes(f"# changed {time.time_ns()}\\n".encode() * 20)
     orig(point)
 mv.fault = hook
 out = mv.move(Machine(Path(here)), name, to, no_start=True)
-print(json.dumps(out["timings"]))
+print(json.dumps(out["timings"] | {"final_bytes": out["final"]["data_bytes"]}))
 """
 
 
@@ -145,10 +147,14 @@ def one_changed(b: Bench, tree: Path, name: str = NAME) -> float:
     return moved_with_one_change(b, tree, name)["pause_s"]
 
 
-def moved_with_one_change(b: Bench, tree: Path, name: str) -> dict[str, float]:
-    """A move with one file changed after the bulk: its timings (pause_s, total_s)."""
+def moved_with_one_change(
+    b: Bench, tree: Path, name: str, at: str = "move:after-bulk"
+) -> dict[str, float]:
+    """A move with one file changed at the mover's point ``at`` (after the bulk, or
+    after the pause: after the final's inventory): its timings (pause_s, total_s) and
+    the final's data bytes (final_bytes)."""
     src, dst = b.hosts[b.where[name]], b.other(name)
-    args = [str(b.here), str(src.home), name, BOX[dst.name]]
+    args = [str(b.here), str(src.home), name, BOX[dst.name], at]
     r = subprocess.run(
         [sys.executable, "-c", CHANGED, *args], env=tree_env(tree), capture_output=True, cwd="/"
     )
@@ -156,7 +162,7 @@ def moved_with_one_change(b: Bench, tree: Path, name: str) -> dict[str, float]:
         raise RuntimeError(f"changed move with {tree}: {r.stderr.decode()[-2000:]}")
     b.where[name] = dst.name
     t = json.loads(r.stdout.decode().strip().splitlines()[-1])
-    return {"pause_s": float(t["pause_s"]), "total_s": float(t["total_s"])}
+    return {k: float(t[k]) for k in ("pause_s", "total_s", "final_bytes")}
 
 
 def first_move(b: Bench, tree: Path, name: str, files: int, seed: int) -> dict[str, float]:
@@ -205,7 +211,8 @@ def main(argv: list[str] | None = None) -> None:
         for tree in trees.values():  # warm: each tree's first moves (a -> b -> a)
             unchanged(b, tree)
         res: dict[str, dict[str, list[float]]] = {
-            k: {"wall_s": [], "wire": [], "conns": [], "pause_s": []} for k in trees
+            k: {f: [] for f in ("wall_s", "wire", "conns", "pause_s", "late_s", "late_b")}
+            for k in trees
         }
         for n in range(a.repeat):
             for k, tree in trees.items():
@@ -213,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
                 for f in ("wall_s", "wire", "conns"):
                     res[k][f].append(u[f])
                 res[k]["pause_s"].append(one_changed(b, tree))
+                late = moved_with_one_change(b, tree, NAME, "move:after-pause")
+                res[k]["late_s"].append(late["pause_s"])
+                res[k]["late_b"].append(late["final_bytes"])
                 note(f"{n + 1} {k}: {u} pause {res[k]['pause_s'][-1]:.2f} s")
         first = {
             k: first_move(b, tree, f"first-{k}", a.files, 20 + i)
@@ -251,6 +261,11 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"| pause, one file changed | {m['before']['pause_s']:.2f} s | "
         f"{m['after']['pause_s']:.2f} s | goal <= 2 s |"
+    )
+    print(
+        f"| pause, one file changed after the final's inventory (agent paused): pause; "
+        f"final's data | {m['before']['late_s']:.2f} s; {m['before']['late_b'] / 1e6:.2f} MB | "
+        f"{m['after']['late_s']:.2f} s; {m['after']['late_b'] / 1e6:.3f} MB | goal <= 2 s |"
     )
     print(
         f"| first move (to a box that never held it), pause, one file changed; one run "

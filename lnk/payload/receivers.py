@@ -47,6 +47,9 @@ class Receiver:
     machine: Machine
     rid: str
     _con: sqlite3.Connection | None = field(default=None, repr=False, compare=False)
+    _info: tuple[tuple[int, int, int, int], dict[str, Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @functools.cached_property
     def dir(self) -> Path:
@@ -76,11 +79,19 @@ class Receiver:
             ) from None
 
     def info(self) -> dict[str, Any]:
+        """``receiver.json``, read again only when its stat changed (a receive asks for
+        the base's place once a file held there); a copy, for the caller to keep."""
+        path = f"{self.dir}/receiver.json"
         try:
-            data = json.loads((self.dir / "receiver.json").read_text())
+            st = os.stat(path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if self._info is None or self._info[0] != key:
+                with open(path, encoding="utf-8") as f:
+                    data = json.loads(f.read())
+                self._info = (key, data if isinstance(data, dict) else {})
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
+        return dict(self._info[1])
 
     def set_info(self, **kw: Any) -> None:
         data = self.info() | kw
@@ -109,13 +120,34 @@ class Receiver:
         row = con.execute("SELECT path, rel FROM c WHERE sha=?", (sha,)).fetchone()
         if row is None:
             return None
-        path, rel = Path(row[0]), str(row[1])
-        base = self.info().get("base_root")
-        if base and path == Path(base) / rel:
-            return Path(base), rel
-        if path.is_relative_to(self.dir):  # a SQLite snapshot taken at prepare
-            return self.dir, str(path.relative_to(self.dir))
+        where = self._where(str(row[0]), str(row[1]), self.info().get("base_root"))
+        return None if where is None else (Path(where[0]), where[1])
+
+    def _where(self, path: str, rel: str, base: str | None) -> tuple[str, str] | None:
+        """An index row's file as (a folder, a path below it), if it is one a receiver
+        may take: a file of the base, or a snapshot in the receiver's own folder."""
+        if base and path == f"{base}/{rel}":  # (as the index wrote it: compared as text)
+            return base, rel
+        inside = f"{self.dir}/"
+        if path.startswith(inside) and len(path) > len(inside):  # a snapshot taken at prepare
+            return str(self.dir), path[len(inside) :]
         return None
+
+    def held_among(self, shas: list[str]) -> set[str]:
+        """Which of ``shas`` :meth:`held` finds, asked in one query, not one a file (a
+        final that names thousands of files unchanged in a folder held whole)."""
+        found = {sha for sha in shas if os.path.isfile(f"{self.objects_s}/{sha}")}
+        con = self._local()
+        rest = [sha for sha in set(shas) - found]
+        if con is None or not rest:
+            return found
+        base = self.info().get("base_root")
+        rows = con.execute(
+            "SELECT sha, path, rel FROM c WHERE sha IN (SELECT value FROM json_each(?))",
+            (json.dumps(rest),),
+        )
+        found.update(str(sha) for sha, path, rel in rows if self._where(path, rel, base))
+        return found
 
     def base_files(self) -> Iterator[tuple[str, str]]:
         """(SHA-256, path) of each regular file of the receiver's own base, as indexed

@@ -66,6 +66,7 @@ class HeldStaging:
             )
 
     def _resolve_unresolved(self) -> None:
+        held = self.r.held_among([e.sha256 for e in self.unresolved if e.size])
         for e in self.unresolved:
             if e.size == 0:
                 if e.sha256 != M.EMPTY_SHA:
@@ -78,7 +79,7 @@ class HeldStaging:
                     continue  # a link to an earlier member of this stream
             if e.sha256 in self.unsettled:
                 continue  # a bulk's unsettled content: never applied (only bulks have any)
-            if self.r.held(e.sha256) is None:
+            if e.sha256 not in held:
                 raise M.bad(
                     f"{e.path!r} carries no bytes and its content is held nowhere "
                     "here (a link to something outside the stream?)"

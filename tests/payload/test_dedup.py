@@ -20,6 +20,7 @@ from payload_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.errors import StreamError
+from lnk.payload import receivers
 
 
 def _agent_with_files(src: Machine, n: int = 6, size: int = 300_000):
@@ -127,3 +128,45 @@ def test_a_prepare_counts_what_the_receiver_holds_as_its_inventory_lists_it(
     bare = prepare(dst)
     (bare.objects / sha(b"staged only")).write_bytes(b"staged only")
     assert bare.holds() == len(bare.inventory()) == 1
+
+
+def test_held_among_answers_as_held_does_one_by_one(src: Machine, dst: Machine) -> None:
+    """A final naming thousands of files asks in one query what ``held`` answers for
+    each: content staged, a base file as indexed, and not a row that points outside
+    the base or the receiver's folder (the index is a file on disk)."""
+    import sqlite3
+
+    from payload_helpers import sha
+
+    a, blobs = _agent_with_files(src, n=3)
+    move(a, dst)
+    r = prepare(dst, a.id)
+    (r.objects / sha(b"staged only")).write_bytes(b"staged only")
+    con = sqlite3.connect(r.dir / "local.sqlite")
+    con.execute("INSERT INTO c VALUES (?, ?, ?)", (sha(b"outside"), str(src.home / "x"), "Home/x"))
+    con.execute(
+        "INSERT INTO c VALUES (?, ?, ?)",
+        (sha(b"snapshot"), str(r.dir / "snapshots" / "s1"), "Agent/memory/db"),
+    )
+    con.commit()
+    con.close()
+    asked = [sha(b) for b in blobs.values()] + [
+        sha(b"staged only"),
+        sha(b"outside"),
+        sha(b"snapshot"),
+        sha(b"nowhere"),
+    ]
+    one_by_one = {s for s in asked if r.held(s) is not None}
+    assert r.held_among(asked) == one_by_one
+    assert {sha(b"staged only"), sha(b"snapshot"), *map(sha, blobs.values())} == one_by_one
+
+
+def test_a_receivers_info_is_read_again_once_another_process_wrote_it(dst: Machine) -> None:
+    r = prepare(dst)
+    assert "mover_grants" not in r.info()
+    other = receivers.open_receiver(dst, r.rid)  # another process's view, as a receive's
+    other.set_info(mover_grants="[files]\n")
+    assert r.info()["mover_grants"] == "[files]\n"
+    mine = r.info()
+    mine["base_root"] = "/elsewhere"  # a copy: the next caller reads what is on disk
+    assert "base_root" not in r.info()
