@@ -39,18 +39,27 @@ def sending_digests(root: Path, cache_path: Path) -> dict[str, str]:
 
 def clock(root: Path) -> int:
     """The file-system clock of the agent's folder now (nanoseconds): the change time of a
-    file made and removed at once in ``root`` (beside the file roots, never in one), so a
-    file's change time compares with it whatever this machine's clock says (a network
-    file system stamps with its server's).  0 where nothing can be made there: no file
-    is then known unchanged since (docs/stream-format.md 7.7)."""
-    probe = root / f".lnk-clock-{secrets.token_hex(6)}"
+    file made and removed at once in its ``Config/`` (in no file root, and not beside
+    them: the folders holding the file roots keep their change times), so a file's
+    change time compares with it whatever this machine's clock says (a network file
+    system stamps with its server's).  0 where nothing can be made there: no file is
+    then known unchanged since (docs/stream-format.md 7.7)."""
+    name = f".lnk-clock-{secrets.token_hex(6)}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        folder = os.open(root / "Config", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return 0
     try:
-        return os.fstat(fd).st_ctime_ns
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+        )
+        try:
+            return os.fstat(fd).st_ctime_ns
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder)
+    except OSError:
+        return 0
     finally:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(probe)
+        os.close(folder)

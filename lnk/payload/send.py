@@ -68,7 +68,9 @@ def send_agent(
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
         spooled = pool.submit(spool_collections, agent, spool, since, inventory)
-        sender = FileSender(writer, inventory, report, progress, phase, cache, readers, snap_dir)
+        sender = FileSender(
+            writer, inventory, report, progress, phase, cache, readers, snap_dir, folders.root
+        )
         # with the receiver's folder digests, a folder it holds whole goes as one entry:
         # every folder's digest now first (a stat of each entry where the cache
         # remembers the folder), then a walk that does not go into those

@@ -35,7 +35,7 @@ from lnk.payload.reading import (
 from lnk.payload.walk import WalkedFile
 
 BATCH_DATA_BYTES = 8 << 20
-STEADY_MARGIN_NS = RACY_NS
+UNCHANGED_MARGIN_NS = RACY_NS
 """How long before the sender's digests a change must be for a file of a folder the
 receiver holds whole to be known unchanged since (a file system's clock steps in ticks,
 and may be set back a little)."""
@@ -97,6 +97,7 @@ class FileSender:
         cache: HashCache,
         pool: ThreadPoolExecutor,
         snap_dir: Path,
+        root: Path | str = "",
     ) -> None:
         self.snap_dir = snap_dir
         self.chunk: list[Slot] = []
@@ -112,37 +113,49 @@ class FileSender:
         self.queue: deque[_Batch] = deque()
         self.sent: set[bytes] = set()
         self.groups: dict[int, tuple[int, str]] = {}  # group -> (size, sha) of its first
-        # the folders walked into that the receiver holds as this agent had them when the
-        # digests its inventory was named against were taken: a named folder, and those
-        # inside it, none of whose entries changed since (their change times say)
-        self.steady_before = self.inv.at - STEADY_MARGIN_NS if self.inv.at else 0
-        self.steady: set[str] = set()
+        # the folders walked into that are where they were when the digests the inventory
+        # was named against were taken (by path: their change times), inside a folder the
+        # receiver holds whole (docs/stream-format.md 7.7, "Unchanged since the digests")
+        self.before = self.inv.at - UNCHANGED_MARGIN_NS if self.inv.at else 0
+        self.in_place: dict[str, int] = {}
+        self.root = root
 
     def _held(self, f: WalkedFile) -> bool:
         d = bytes.fromhex(f.sha256)
         return d in self.sent or d in self.inv or self._unchanged(f)
 
     def _folder(self, f: WalkedFile) -> None:
-        """A folder walked into: steady if it is named held whole, or lies in a steady
-        one, and changed (an entry added, removed or renamed; a rename of it) before the
-        receiver's folders were named (docs/stream-format.md 7.7)."""
-        if not self.steady_before or f.kept or f.st is None:
+        """A folder walked into is in place when no rename can have put it there since
+        the digests: it is named held whole, or lies in a folder in place, and either it
+        or the folder holding it has not changed since (a rename sets both's change
+        times; an entry added or removed in it, only its own)."""
+        if not self.before or f.kept or f.st is None:
             return
-        if f.st.st_ctime_ns < self.steady_before and (
-            f.rel in self.inv.dirs or f.rel.rpartition("/")[0] in self.steady
-        ):
-            self.steady.add(f.rel)
+        parent = f.rel.rpartition("/")[0]
+        if f.rel in self.inv.dirs:
+            try:  # the folder holding it: walked too, or above the file roots
+                up = os.lstat(f"{self.root}/{parent}" if parent else self.root).st_ctime_ns
+            except OSError:
+                return
+        else:
+            got = self.in_place.get(parent)
+            if got is None:
+                return
+            up = got
+        if min(f.st.st_ctime_ns, up) < self.before:
+            self.in_place[f.rel] = f.st.st_ctime_ns
 
     def _unchanged(self, f: WalkedFile) -> bool:
-        """A regular file of a steady folder, itself unchanged since the digests (its
-        content, its links): the receiver holds this content, at this path."""
+        """A regular file of a folder in place, itself unchanged since the digests (its
+        content, its links, its name: a rename sets its change time): the receiver holds
+        this content at this path."""
         return (
-            bool(self.steady)
+            bool(self.in_place)
             and f.st is not None
             and f.group is None
             and not f.snapshot
-            and f.st.st_ctime_ns < self.steady_before
-            and f.rel.rpartition("/")[0] in self.steady
+            and f.st.st_ctime_ns < self.before
+            and f.rel.rpartition("/")[0] in self.in_place
         )
 
     def add(self, f: WalkedFile) -> None:

@@ -3,9 +3,9 @@
 The receiver names a folder held whole when it holds it as the sender had it when the
 sender took its digests (``StateDigests.at``, given back in the inventory).  When the
 folder changes after that (the agent writes while a move runs), the sender walks into
-it; a file there that has not changed since (its change time, and those of the folders
-above it up to the named one, older than the digests) is still held by the receiver
-at that path, and goes without its bytes: one changed file costs its own bytes, not
+it; a file there that has not changed since (its change time older than the digests,
+and no folder on its way renamed there since) is still held by the receiver at that
+path, and goes without its bytes: one changed or added file costs its own bytes, not
 its folder's (docs/stream-format.md 7.7).  Anything moved, renamed, linked or written
 there since is sent, and the arrival is the agent as it is.
 """
@@ -13,6 +13,7 @@ there since is sent, and the arrival is the agent as it is.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def _tree(home: Path) -> int:
 def _no_margin(monkeypatch: pytest.MonkeyPatch) -> None:
     # a unit test cannot wait seconds for the margin a file system's clock needs: the
     # clock is compared as it is (a change in the digests' own tick is still a change)
-    monkeypatch.setattr(send_files, "STEADY_MARGIN_NS", 0)
+    monkeypatch.setattr(send_files, "UNCHANGED_MARGIN_NS", 0)
 
 
 def _after_every_change(root: Path) -> None:
@@ -114,11 +115,11 @@ def test_without_the_time_of_the_digests_the_changed_folder_goes_whole(
     assert rep.data_bytes == total - BODY + len(b"changed\n")
 
 
-def test_a_folder_moved_into_a_named_folder_is_sent_with_its_neighbours(
+def test_a_folder_moved_into_a_named_folder_is_sent_and_its_neighbours_are_not(
     src: Machine, dst: Machine
 ) -> None:
-    """Its files are older than the digests, but the folder they arrive in changed (an
-    entry added): nothing in that folder is vouched for, the rest of the tree is."""
+    """Its files are older than the digests, but it was renamed into a folder whose
+    entries changed: nothing in it is vouched for; the rest of the tree is."""
     a = make_agent(src)
     _tree(a.folders.home)
     move(a, dst)
@@ -130,9 +131,10 @@ def test_a_folder_moved_into_a_named_folder_is_sent_with_its_neighbours(
         os.rename(outside, a.folders.home / "d1" / "moved")
 
     rep = _resend(a, dst, arrive)
-    # d1 changed: its subfolder's five files and the three that arrived go with bytes
-    assert rep.data_bytes == 5 * BODY + 3 * len(b"new 0\n" * 40)
-    assert rep.held_unchanged == 15 + 1
+    # d1 changed (an entry added): what it held is still where it was; the folder that
+    # arrived was renamed there, so nothing in it is vouched for (its files go with bytes)
+    assert rep.data_bytes == 3 * len(b"new 0\n" * 40)
+    assert rep.held_unchanged == 20 + 1
 
 
 @pytest.mark.parametrize("how", ["rename-across", "swap", "link-and-write"])
@@ -159,9 +161,67 @@ def test_files_renamed_swapped_or_written_through_a_link_are_sent(
                 f.write(b"X")
 
     rep = _resend(a, dst, change, at=AT)
-    # what arrives is the agent as it is (checked by _resend); nothing in a folder whose
-    # entries changed is vouched for, nor a file written through another name
-    assert rep.held_unchanged == {"rename-across": 11, "swap": 16, "link-and-write": 20}[how]
+    # what arrives is the agent as it is (checked by _resend); a file renamed (its change
+    # time set) or written through another name is not vouched for, its neighbours are
+    assert rep.held_unchanged == {"rename-across": 20, "swap": 19, "link-and-write": 20}[how]
+
+
+def test_a_file_added_to_a_flat_named_folder_costs_itself(src: Machine, dst: Machine) -> None:
+    """A folder of files side by side (a person's photos, an agent's notes): one file
+    added there after the digests changes the folder, not its other files."""
+    a = make_agent(src)
+    for i in range(10):
+        write(a.folders.home / "flat" / f"p{i}.jpg", bytes([i]) * 5000, 0o644, OLD)
+    move(a, dst)
+    rep = _resend(a, dst, lambda: write(a.folders.home / "flat" / "new.jpg", b"new" * 100))
+    assert rep.data_bytes == 300 and rep.held_unchanged == 10
+
+
+@pytest.mark.parametrize("how", ["replaced", "moved-within", "root-replaced"])
+def test_a_folder_renamed_in_place_of_another_is_sent(src: Machine, dst: Machine, how: str) -> None:
+    """A folder renamed where another was (from outside the agent, or from elsewhere in
+    the named folder): its files are older than the digests, but it is not where it
+    was, so none of them is vouched for."""
+    a = make_agent(src)
+    _tree(a.folders.home)
+    move(a, dst)
+    home = a.folders.home
+    outside = src.home / "other-tree"
+    for i in range(5):
+        write(outside / "sub" / f"f{i}.txt", f"other {i} ".encode().ljust(BODY, b"-"), 0o644, OLD)
+
+    def change() -> None:
+        if how == "replaced":
+            os.rename(home / "d2", src.home / "d2-old")
+            os.rename(outside, home / "d2")
+        elif how == "root-replaced":  # the folder named held whole, itself
+            os.rename(home, src.home / "home-old")
+            os.rename(outside, home)
+        else:
+            os.rename(home / "d0" / "sub", home / "d3" / "sub2")
+
+    rep = _resend(a, dst, change)
+    # five files not where they were: with their bytes; the rest of the tree without
+    assert rep.data_bytes == 5 * BODY
+    assert rep.held_unchanged == (0 if how == "root-replaced" else 15 + 1)
+
+
+def test_the_clock_is_read_in_config_leaving_nothing(src: Machine) -> None:
+    """The digests' time comes from the agent's own file system, through a file made and
+    removed in Config/: the folders holding the file roots keep their change times."""
+    a = make_agent(src)
+    root, config = a.folders.root, a.folders.root / "Config"
+    before = {p: os.lstat(p).st_ctime_ns for p in (root, root / "Agent", a.folders.home)}
+    listed = sorted(os.listdir(config))
+    at = clock(root)
+    assert at > 0 and at >= os.lstat(config).st_ctime_ns - 10**9
+    assert {p: os.lstat(p).st_ctime_ns for p in before} == before
+    assert sorted(os.listdir(config)) == listed
+    shutil.move(config, root / "Config-aside")
+    os.symlink(root / "Config-aside", config)  # a link is not followed: no time then
+    assert clock(root) == 0
+    os.unlink(config)
+    assert clock(root) == 0
 
 
 @pytest.mark.parametrize("at", [-1, "now", 1.5, True, 1 << 63, None])
