@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.manifest import EMPTY_SHA
+from lnk.payload.unchanged import SinceDigests, Times
 from lnk.payload.walk import (
     DIGEST_TAG,
     SQLITE_SIDECARS,
@@ -125,7 +126,7 @@ Listed = Callable[[str, bytes], None]
 
 
 def tree_digests(
-    root: Path, cache: HashCache, listed: Listed | None = None
+    root: Path, cache: HashCache, listed: Listed | None = None, times: Times | None = None
 ) -> tuple[dict[str, str], dict[str, int]]:
     """Every folder's digest under the agent's file roots at ``root`` (folders without
     one are left out), and how many files each holds at any depth.
@@ -134,8 +135,9 @@ def tree_digests(
     vouch for leaves its folders without a digest), SQLite databases included.  The
     same digests as a walk with ends (``walk_agent(..., ends=True)``) with
     ``hash_files=False, links=True, sqlite=False``.  ``listed(folder, text)`` hears
-    each folder's :func:`listing_text` (the lstat of every entry directly in it)."""
-    return _tree(root, Files(cache, listed))
+    each folder's :func:`listing_text` (the lstat of every entry directly in it);
+    ``times`` is filled with each folder's change times (:data:`unchanged.Times`)."""
+    return _tree(root, Files(cache, listed, times))
 
 
 Note = Callable[[list[tuple[str, str, str]]], None]  # (sha256, source, rel) of files
@@ -147,18 +149,27 @@ def keeper(
     cache: HashCache,
     accept: Callable[[str, str, int], bool] | None = None,
     listed: Listed | None = None,
+    since: SinceDigests | None = None,
 ) -> Callable[[str], str] | None:
     """For ``walk_agent(keep=...)``: the folders the other end holds (``held``: path ->
-    digest) whose digest is that one now, every digest computed before the walk.
+    digest) whose digest is that one now, every digest computed before the walk; with
+    ``since``, also the folders inside those that have not changed since the digests
+    the other end named them by (:meth:`SinceDigests.quiet`), with their digest now.
     ``accept(path, digest, files)`` has the last word (a backup checks it can write
     the folder from what it stored); ``listed`` as :func:`tree_digests`'s."""
     if not held:
         return None
-    now, files = tree_digests(root, cache, listed)
+    times: Times | None = {} if since else None
+    now, files = tree_digests(root, cache, listed, times)
+    quiet = since.quiet(times) if since and times is not None else set()
 
     def keep(rel: str) -> str:
         digest = held.get(rel, "")
-        if not digest or now.get(rel) != digest:
+        if rel in quiet:
+            digest = now.get(rel, "")
+        elif not digest or now.get(rel) != digest:
+            return ""
+        if not digest:
             return ""
         return digest if accept is None or accept(rel, digest, files.get(rel, 0)) else ""
 
@@ -183,9 +194,12 @@ def index_tree(
 class Files:
     """How a folder's files come into its digest: by what the hash cache vouches for."""
 
-    def __init__(self, cache: HashCache, listed: Listed | None = None) -> None:
+    def __init__(
+        self, cache: HashCache, listed: Listed | None = None, times: Times | None = None
+    ) -> None:
         self.cache = cache
         self.listed = listed
+        self.times = times
 
     def sha(self, fr: _Dir, name: str, st: os.stat_result, wal: bool) -> str:
         """A file's content digest for its folder's digest, or "" (no digest then)."""
@@ -272,8 +286,8 @@ def _tree(root: Path, files: Files) -> tuple[dict[str, str], dict[str, int]]:
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
     fresh = time.time_ns() - RACY_NS
-    for top, path, _st in agent_roots(root):
-        _walk(str(path), top, files, fresh, digests, counts)
+    for top, path, st in agent_roots(root):
+        _walk(str(path), top, files, fresh, digests, counts, st.st_ctime_ns)
     return digests, counts
 
 
@@ -284,6 +298,7 @@ def _walk(
     fresh: int,
     digests: dict[str, str],
     counts: dict[str, int],
+    root_ctime: int = 0,
 ) -> None:
     """One root, iteratively (any depth): a folder's digest once its subfolders' are known."""
     stack = [_Dir(rel, path)]
@@ -306,11 +321,23 @@ def _walk(
         counts[fr.rel] = n
         if digest:
             digests[fr.rel] = digest
+        own = root_ctime
         if stack:
             up = stack[-1]
             name = fr.rel.rpartition("/")[2]
             st = up.entries[up.i - 1].stat(follow_symlinks=False)
             up.seen.append((name, st, (digest, n)))
+            own = st.st_ctime_ns
+        if files.times is not None:
+            files.times[fr.rel] = (own, _newest(fr, own, files.times))
+
+
+def _newest(fr: _Dir, own: int, times: Times) -> int:
+    """The newest change time in a folder at any depth (its own included)."""
+    newest = own
+    for name, st, sub in fr.seen:
+        newest = max(newest, st.st_ctime_ns if sub is None else times[f"{fr.rel}/{name}"][1])
+    return newest
 
 
 def _folder(fr: _Dir, files: Files, fresh: int) -> tuple[str, int]:

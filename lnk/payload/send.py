@@ -29,6 +29,7 @@ from lnk.payload.inventory import Inventory
 from lnk.payload.kept import SentListing
 from lnk.payload.send_files import FileSender, SendReport
 from lnk.payload.spool import send_spool, spool_collections
+from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkStats, walk_agent
 
 READERS = 4  # threads reading and hashing files (the system calls and hashlib free the GIL)
@@ -68,8 +69,13 @@ def send_agent(
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
         spooled = pool.submit(spool_collections, agent, spool, since, inventory)
+        unchanged = (
+            SinceDigests(inventory.dirs, inventory.at, folders.root)
+            if inventory is not None
+            else None
+        )
         sender = FileSender(
-            writer, inventory, report, progress, phase, cache, readers, snap_dir, folders.root
+            writer, inventory, report, progress, phase, cache, readers, snap_dir, unchanged
         )
         # with the receiver's folder digests, a folder it holds whole goes as one entry:
         # every folder's digest now first (a stat of each entry where the cache
@@ -78,7 +84,7 @@ def send_agent(
         left = SentListing(cache) if phase == "final" else None
         keep = None
         if inventory is not None:
-            keep = keeper(inventory.dirs, folders.root, cache, listed=left)
+            keep = keeper(inventory.dirs, folders.root, cache, listed=left, since=unchanged)
         if left is not None:
             left.done(report.stream_id)
         walk = walk_agent(

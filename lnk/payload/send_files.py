@@ -32,13 +32,10 @@ from lnk.payload.reading import (
     read_settled,
     same_stat,
 )
+from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkedFile
 
 BATCH_DATA_BYTES = 8 << 20
-UNCHANGED_MARGIN_NS = RACY_NS
-"""How long before the sender's digests a change must be for a file of a folder the
-receiver holds whole to be known unchanged since (a file system's clock steps in ticks,
-and may be set back a little)."""
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
 SMALL_FILE = 1 << 20  # files up to this size are read once, into memory, before their entry
 
@@ -97,7 +94,7 @@ class FileSender:
         cache: HashCache,
         pool: ThreadPoolExecutor,
         snap_dir: Path,
-        root: Path | str = "",
+        since: SinceDigests | None = None,
     ) -> None:
         self.snap_dir = snap_dir
         self.chunk: list[Slot] = []
@@ -113,50 +110,16 @@ class FileSender:
         self.queue: deque[_Batch] = deque()
         self.sent: set[bytes] = set()
         self.groups: dict[int, tuple[int, str]] = {}  # group -> (size, sha) of its first
-        # the folders walked into that are where they were when the digests the inventory
-        # was named against were taken (by path: their change times), inside a folder the
-        # receiver holds whole (docs/stream-format.md 7.7, "Unchanged since the digests")
-        self.before = self.inv.at - UNCHANGED_MARGIN_NS if self.inv.at else 0
-        self.in_place: dict[str, int] = {}
-        self.root = root
+        # what the receiver holds as it is here, unchanged since the digests its inventory
+        # named folders by (lnk/payload/unchanged.py)
+        self.since = since if since is not None else SinceDigests({}, 0, "")
 
     def _held(self, f: WalkedFile) -> bool:
         d = bytes.fromhex(f.sha256)
         return d in self.sent or d in self.inv or self._unchanged(f)
 
-    def _folder(self, f: WalkedFile) -> None:
-        """A folder walked into is in place when no rename can have put it there since
-        the digests: it is named held whole, or lies in a folder in place, and either it
-        or the folder holding it has not changed since (a rename sets both's change
-        times; an entry added or removed in it, only its own)."""
-        if not self.before or f.kept or f.st is None:
-            return
-        parent = f.rel.rpartition("/")[0]
-        if f.rel in self.inv.dirs:
-            try:  # the folder holding it: walked too, or above the file roots
-                up = os.lstat(f"{self.root}/{parent}" if parent else self.root).st_ctime_ns
-            except OSError:
-                return
-        else:
-            got = self.in_place.get(parent)
-            if got is None:
-                return
-            up = got
-        if min(f.st.st_ctime_ns, up) < self.before:
-            self.in_place[f.rel] = f.st.st_ctime_ns
-
     def _unchanged(self, f: WalkedFile) -> bool:
-        """A regular file of a folder in place, itself unchanged since the digests (its
-        content, its links, its name: a rename sets its change time): the receiver holds
-        this content at this path."""
-        return (
-            bool(self.in_place)
-            and f.st is not None
-            and f.group is None
-            and not f.snapshot
-            and f.st.st_ctime_ns < self.before
-            and f.rel.rpartition("/")[0] in self.in_place
-        )
+        return f.group is None and not f.snapshot and self.since.file(f.rel, f.st)
 
     def add(self, f: WalkedFile) -> None:
         # a FILES body stays within MAX_JSON_RECORD whatever the paths' length (an entry
@@ -166,8 +129,8 @@ class FileSender:
             self.cut()
         self.batch.json_bytes += size
         job: Slot | None = None
-        if f.kind == "d":
-            self._folder(f)
+        if f.kind == "d" and not f.kept and f.st is not None:
+            self.since.folder(f.rel, f.st.st_ctime_ns)
         if f.kind == "f" and f.size > 0 and f.group_first:
             small = f.size <= SMALL_FILE
             if f.sha256 == "" or (small and not self._held(f)):

@@ -22,16 +22,17 @@ from payload_helpers import agent_files, load_agent, make_agent, move, prepare, 
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
-from lnk.payload import send_files
+from lnk.payload import unchanged
 from lnk.payload.folders import clock, sending_digests
+from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.receive import receive
 from lnk.payload.send import send_agent
 from lnk.payload.send_files import SendReport
+from lnk.payload.walk import WalkStats, walk_agent
 from lnk.protocol import StateDigests
 
 BODY = 600  # bytes of each file of the tree
-AT = True
 OLD = 1_600_000_000_000_000_000  # their mtime: long settled, so the hash cache keeps them
 
 
@@ -51,23 +52,30 @@ def _tree(home: Path) -> int:
 def _no_margin(monkeypatch: pytest.MonkeyPatch) -> None:
     # a unit test cannot wait seconds for the margin a file system's clock needs: the
     # clock is compared as it is (a change in the digests' own tick is still a change)
-    monkeypatch.setattr(send_files, "UNCHANGED_MARGIN_NS", 0)
+    monkeypatch.setattr(unchanged, "MARGIN_NS", 0)
 
 
-def _after_every_change(root: Path) -> None:
-    """Wait until the file system's clock has passed every change time under ``root``."""
-    newest = max(os.lstat(p).st_ctime_ns for p in [root, *root.rglob("*")])
+def _after_every_change(a: Agent) -> None:
+    """Wait until the file system's clock has passed every change time on the machine
+    (the agent's files, and what a change brings into them; not Config/, where the
+    clock is read)."""
+    home, config = a.machine.home, a.folders.root / "Config"
+    newest = max(
+        os.lstat(p).st_ctime_ns for p in [home, *home.rglob("*")] if not p.is_relative_to(config)
+    )
     for _ in range(1000):
-        if clock(root) > newest:
+        if clock(a.folders.root) > newest:
             return
         time.sleep(0.002)
     raise AssertionError("the file system's clock did not move")
 
 
-def _resend(a: Agent, dst: Machine, change: object, at: bool = True) -> SendReport:
+def _resend(a: Agent, dst: Machine, change: object, at: bool = True) -> tuple[SendReport, int]:
     """An inventory against the agent's digests now; then ``change()``; then the send
-    with that inventory, received; the destination must hold the agent as it is."""
-    _after_every_change(a.folders.root)
+    with that inventory, received; the destination must hold the agent as it is.  The
+    send's report, and how many folders inside Home went held whole (not named: known
+    unchanged since the digests; every named folder but Home is left unchanged)."""
+    _after_every_change(a)
     r = prepare(dst, a.id)
     theirs = StateDigests(
         agent=a.name,
@@ -86,7 +94,7 @@ def _resend(a: Agent, dst: Machine, change: object, at: bool = True) -> SendRepo
     # every file of the agent, as it is (a Home file only at a live destination stays
     # there: stream-format.md 7.6)
     assert agent_files(a.folders.root).items() <= agent_files(load_agent(dst).folders.root).items()
-    return rep
+    return rep, rep.kept_folders - (len(inv.dirs) - 1)
 
 
 def test_one_file_changed_after_the_inventory_sends_its_bytes_alone(
@@ -96,9 +104,10 @@ def test_one_file_changed_after_the_inventory_sends_its_bytes_alone(
     _tree(a.folders.home)
     move(a, dst)
     changed = a.folders.home / "d2" / "sub" / "f3.txt"
-    rep = _resend(a, dst, lambda: changed.write_bytes(b"changed\n"))
+    rep, quiet = _resend(a, dst, lambda: changed.write_bytes(b"changed\n"))
     assert rep.data_bytes == len(b"changed\n")
-    assert rep.held_unchanged == 20  # the other nineteen of the tree, and top.txt
+    assert quiet == 3  # d0, d1 and d3, each as one entry
+    assert rep.held_unchanged == 5  # the other four of d2/sub, and top.txt
 
 
 def test_without_the_time_of_the_digests_the_changed_folder_goes_whole(
@@ -110,8 +119,8 @@ def test_without_the_time_of_the_digests_the_changed_folder_goes_whole(
     total = _tree(a.folders.home)
     move(a, dst)
     changed = a.folders.home / "d2" / "sub" / "f3.txt"
-    rep = _resend(a, dst, lambda: changed.write_bytes(b"changed\n"), at=False)
-    assert rep.held_unchanged == 0
+    rep, quiet = _resend(a, dst, lambda: changed.write_bytes(b"changed\n"), at=False)
+    assert rep.held_unchanged == 0 and quiet == 0
     assert rep.data_bytes == total - BODY + len(b"changed\n")
 
 
@@ -130,11 +139,12 @@ def test_a_folder_moved_into_a_named_folder_is_sent_and_its_neighbours_are_not(
     def arrive() -> None:
         os.rename(outside, a.folders.home / "d1" / "moved")
 
-    rep = _resend(a, dst, arrive)
+    rep, quiet = _resend(a, dst, arrive)
     # d1 changed (an entry added): what it held is still where it was; the folder that
     # arrived was renamed there, so nothing in it is vouched for (its files go with bytes)
     assert rep.data_bytes == 3 * len(b"new 0\n" * 40)
-    assert rep.held_unchanged == 20 + 1
+    assert quiet == 3 + 1  # d0, d2, d3, and d1/sub
+    assert rep.held_unchanged == 1  # top.txt
 
 
 @pytest.mark.parametrize("how", ["rename-across", "swap", "link-and-write"])
@@ -160,10 +170,14 @@ def test_files_renamed_swapped_or_written_through_a_link_are_sent(
             with open(other, "r+b") as f:
                 f.write(b"X")
 
-    rep = _resend(a, dst, change, at=AT)
+    rep, quiet = _resend(a, dst, change)
     # what arrives is the agent as it is (checked by _resend); a file renamed (its change
     # time set) or written through another name is not vouched for, its neighbours are
-    assert rep.held_unchanged == {"rename-across": 20, "swap": 19, "link-and-write": 20}[how]
+    assert (quiet, rep.held_unchanged) == {
+        "rename-across": (2, 4 + 5 + 1),  # d1, d2 whole; d0/sub's four, d3/sub's five
+        "swap": (3, 3 + 1),  # d1, d2, d3 whole; d0/sub's three left alone
+        "link-and-write": (3, 4 + 1),  # d1, d2, d3 whole; d0/sub's four others
+    }[how]
 
 
 def test_a_file_added_to_a_flat_named_folder_costs_itself(src: Machine, dst: Machine) -> None:
@@ -173,11 +187,13 @@ def test_a_file_added_to_a_flat_named_folder_costs_itself(src: Machine, dst: Mac
     for i in range(10):
         write(a.folders.home / "flat" / f"p{i}.jpg", bytes([i]) * 5000, 0o644, OLD)
     move(a, dst)
-    rep = _resend(a, dst, lambda: write(a.folders.home / "flat" / "new.jpg", b"new" * 100))
+    rep, _ = _resend(a, dst, lambda: write(a.folders.home / "flat" / "new.jpg", b"new" * 100))
     assert rep.data_bytes == 300 and rep.held_unchanged == 10
 
 
-@pytest.mark.parametrize("how", ["replaced", "moved-within", "root-replaced"])
+@pytest.mark.parametrize(
+    "how", ["replaced", "moved-within", "root-replaced", "folder-moved-then-hashed"]
+)
 def test_a_folder_renamed_in_place_of_another_is_sent(src: Machine, dst: Machine, how: str) -> None:
     """A folder renamed where another was (from outside the agent, or from elsewhere in
     the named folder): its files are older than the digests, but it is not where it
@@ -197,13 +213,28 @@ def test_a_folder_renamed_in_place_of_another_is_sent(src: Machine, dst: Machine
         elif how == "root-replaced":  # the folder named held whole, itself
             os.rename(home, src.home / "home-old")
             os.rename(outside, home)
-        else:
+        elif how == "moved-within":
             os.rename(home / "d0" / "sub", home / "d3" / "sub2")
+        else:  # d0 moved whole into d3, and its files hashed there since (a backup ran):
+            # its subfolder, unchanged, has a digest, but its folder was renamed there
+            os.rename(home / "d0", home / "d3" / "d0moved")
+            cache = HashCache(a.runtime / "hashes.sqlite")
+            try:
+                for _ in walk_agent(a.folders.root, cache, WalkStats()):
+                    pass
+            finally:
+                cache.close()
 
-    rep = _resend(a, dst, change)
-    # five files not where they were: with their bytes; the rest of the tree without
-    assert rep.data_bytes == 5 * BODY
-    assert rep.held_unchanged == (0 if how == "root-replaced" else 15 + 1)
+    rep, quiet = _resend(a, dst, change)
+    # files not where they were: with their bytes; the rest of the tree without (d3 and
+    # Home both changed entries when d0 moved into d3: d3's own sub goes too)
+    assert rep.data_bytes == (10 if how == "folder-moved-then-hashed" else 5) * BODY
+    assert (quiet, rep.held_unchanged) == {
+        "replaced": (3, 1),
+        "moved-within": (3, 1),  # d1, d2 and d3/sub whole; d3/sub2 arrived: walked
+        "root-replaced": (0, 0),
+        "folder-moved-then-hashed": (2, 1),  # d1, d2 whole; d3 and d0moved walked
+    }[how]
 
 
 def test_the_clock_is_read_in_config_leaving_nothing(src: Machine) -> None:
