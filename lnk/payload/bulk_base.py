@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from lnk.agents.layout import Machine
 from lnk.payload import commit, safefs
+from lnk.payload.local_index import index_local
 from lnk.payload.placed import remember_placed
-from lnk.payload.receivers import BULK_BASE, Receiver, index_local
+from lnk.payload.receivers import BULK_BASE, Receiver
 from lnk.payload.staging import Stage
 
 CACHE = "bulk-base.sqlite"

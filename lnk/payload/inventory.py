@@ -11,7 +11,7 @@ import json
 import re
 import struct
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -76,21 +76,6 @@ def ancestors(rel: str) -> Iterable[str]:
 def under_any(rel: str, folders: dict[str, str]) -> bool:
     """Whether the path lies inside one of ``folders``."""
     return any(a in folders for a in ancestors(rel))
-
-
-def outside(items: Iterable[tuple[str, str]], folders: dict[str, str]) -> Iterator[str]:
-    """The first of each ``(value, path)`` whose path lies inside none of ``folders``
-    (:func:`under_any`), each parent folder decided once; one at a time."""
-    inside: dict[str, bool] = {}
-    for value, rel in items:
-        parent = _parent(rel)
-        got = inside.get(parent)
-        if got is None:
-            got = inside[parent] = bool(parent) and (
-                parent in folders or under_any(parent, folders)
-            )
-        if not got:
-            yield value
 
 
 class Inventory:

@@ -290,7 +290,7 @@ def _commit(
     kept_base = _kept_base(r, agent_root)
     if kept_base is not None:  # a move back: what a person did in the kept folder stays
         report.kept_from_moved, report.conflicts, whole = kept.merge(
-            r._local(),
+            r.index_db(),
             stage.db,
             Path(kept_base),
             stage.staged,

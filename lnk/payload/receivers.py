@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import json
 import os
 import secrets
@@ -26,15 +25,11 @@ from lnk.agents.machine import now as clock
 from lnk.agents.moved import notes_dir
 from lnk.agents.moved import purge_expired as purge_moved
 from lnk.agents.registry import find, find_by_id
-from lnk.agents.stores import detect_driver, log_tails
+from lnk.agents.stores import detect_driver
 from lnk.errors import AlreadyExists, InvalidInput, NotFound, Refused
 from lnk.formats.keys import ReceiverKey
-from lnk.payload import safefs
-from lnk.payload.digests import index_tree
-from lnk.payload.folders import WHOLE_MAX
-from lnk.payload.hashcache import HashCache
-from lnk.payload.inventory import Inventory, held_whole, outside, sizes_of
-from lnk.payload.kept import ChangeRecorder, record_changes
+from lnk.payload import local_index, safefs
+from lnk.payload.inventory import Inventory
 from lnk.payload.manifest import SHA_RE
 
 RECEIVER_PREFIX = "rcv-"
@@ -99,7 +94,7 @@ class Receiver:
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.dir / "receiver.json")
 
-    def _local(self) -> sqlite3.Connection | None:
+    def index_db(self) -> sqlite3.Connection | None:
         """One connection to what this machine holds (sha -> path), opened once."""
         if self._con is None:
             db = self.dir / "local.sqlite"
@@ -114,7 +109,7 @@ class Receiver:
         prepare.  The caller opens it with ``safefs`` (no link followed) and hashes it."""
         if os.path.isfile(f"{self.objects_s}/{sha}"):
             return self.objects, sha
-        con = self._local()
+        con = self.index_db()
         if con is None:
             return None
         row = con.execute("SELECT path, rel FROM c WHERE sha=?", (sha,)).fetchone()
@@ -137,7 +132,7 @@ class Receiver:
         """Which of ``shas`` :meth:`held` finds, asked in one query, not one a file (a
         final that names thousands of files unchanged in a folder held whole)."""
         found = {sha for sha in shas if os.path.isfile(f"{self.objects_s}/{sha}")}
-        con = self._local()
+        con = self.index_db()
         rest = [sha for sha in set(shas) - found]
         if con is None or not rest:
             return found
@@ -152,7 +147,7 @@ class Receiver:
     def base_files(self) -> Iterator[tuple[str, str]]:
         """(SHA-256, path) of each regular file of the receiver's own base, as indexed
         (only there: never a file of a person's folder), one at a time."""
-        con = self._local()
+        con = self.index_db()
         if con is None or not self.own_base():
             return
         inside = str(self.dir / BULK_BASE) + "/"
@@ -164,7 +159,7 @@ class Receiver:
 
     def local_sha(self, rel: str) -> str | None:
         """The SHA-256 of the file at ``rel`` in the base, as indexed at prepare."""
-        con = self._local()
+        con = self.index_db()
         row = (
             None if con is None else con.execute("SELECT sha FROM c WHERE rel=?", (rel,)).fetchone()
         )
@@ -177,7 +172,7 @@ class Receiver:
 
     def indexed_digests(self) -> dict[str, str]:
         """Every folder digest of the base, as indexed (path -> digest)."""
-        con = self._local()
+        con = self.index_db()
         if con is None:
             return {}
         try:
@@ -187,7 +182,7 @@ class Receiver:
 
     def dir_digest(self, rel: str) -> str | None:
         """The digest of the base's folder at ``rel``, as indexed at prepare."""
-        con = self._local()
+        con = self.index_db()
         if con is None:
             return None
         try:
@@ -198,7 +193,7 @@ class Receiver:
 
     def inventory_dirs(self) -> int:
         """How many folders of the base have a digest (as indexed at prepare)."""
-        con = self._local()
+        con = self.index_db()
         if con is None:
             return 0
         try:
@@ -209,70 +204,11 @@ class Receiver:
     def holds(self) -> int:
         """How many distinct contents this receiver holds (its objects and its base's
         files as indexed): what ``len(self.inventory())`` is, counted, not listed."""
-        con = self._local()
-        indexed: set[str] = set()
-        n = 0
-        if con is not None:
-            with contextlib.suppress(sqlite3.OperationalError):  # no index of a base yet
-                n = int(con.execute("SELECT COUNT(DISTINCT sha) FROM c").fetchone()[0])
-        if self.objects.exists():
-            with os.scandir(self.objects) as it:
-                staged = [e.name for e in it if SHA_RE.fullmatch(e.name)]
-            if con is not None and staged:
-                with contextlib.suppress(sqlite3.OperationalError):
-                    indexed = {
-                        sha
-                        for (sha,) in con.execute(
-                            "SELECT sha FROM c WHERE sha IN (SELECT value FROM json_each(?))",
-                            (json.dumps(staged),),
-                        )
-                    }
-            n += sum(1 for sha in staged if sha not in indexed)
-        return n
+        return local_index.holds(self)
 
     def inventory(self, against: dict[str, str] | None = None, at: int = 0) -> Inventory:
-        """What this receiver holds.  ``against`` the sender's folder digests
-        (:class:`lnk.protocol.StateDigests`), a folder held whole with the sender's digest
-        (and small enough that the sender surely keeps it whole, :data:`WHOLE_MAX`) is
-        listed as that one folder, and none of the content inside it (the sender sends it
-        as one entry); everything else as without (docs/stream-format.md 7.7).  ``at``:
-        when the sender took those digests (its ``StateDigests.at``), given back."""
-        dirs: dict[str, str] = {}
-        db = self.dir / "local.sqlite"
-        # the digests gathered in a table and read back in order: memory bounded whatever
-        # the number of files (a million: 32 MB of digests, not a million strings)
-        con = sqlite3.connect(db if db.exists() else ":memory:")
-        try:
-            con.execute("CREATE TEMP TABLE held (sha TEXT PRIMARY KEY) WITHOUT ROWID")
-            if self.objects.exists():
-                with os.scandir(self.objects) as it:
-                    names = ((e.name,) for e in it if SHA_RE.fullmatch(e.name))
-                    con.executemany("INSERT OR IGNORE INTO held VALUES (?)", names)
-            if db.exists():
-                with contextlib.suppress(sqlite3.OperationalError):
-                    dirs = dict(con.execute("SELECT rel, digest FROM d"))
-                if against is None:
-                    con.execute("INSERT OR IGNORE INTO held SELECT sha FROM c")
-                else:
-                    rels = (rel for (rel,) in con.execute("SELECT rel FROM c"))
-                    sizes = sizes_of(itertools.chain(rels, dirs))
-                    dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
-                    rows = con.cursor().execute("SELECT sha, rel FROM c")
-                    kept = ((sha,) for sha in outside(rows, dirs))
-                    con.executemany("INSERT OR IGNORE INTO held VALUES (?)", kept)
-            blob = bytearray()
-            for (sha,) in con.execute("SELECT sha FROM held ORDER BY sha"):
-                if isinstance(sha, str) and SHA_RE.fullmatch(sha):
-                    blob += bytes.fromhex(sha)
-        finally:
-            con.close()
-        inv = Inventory(bytes(blob))
-        inv.dirs = dirs
-        inv.at = at if against is not None else 0
-        base = base_chats(self)
-        if base is not None:
-            inv.logs = log_tails(*base)
-        return inv
+        """What this receiver holds (:func:`lnk.payload.local_index.inventory`)."""
+        return local_index.inventory(self, against, at)
 
     def abandon(self) -> None:
         if self._con is not None:
@@ -396,7 +332,7 @@ def prepare(
         if base is not None:
             root, store, cache = base
             r.set_info(base_root=str(root), base_store=store, base_cache=str(cache))
-            index_local(r, root, cache, kept=find_by_id(machine, agent_id) is None)
+            local_index.index_local(r, root, cache, kept=find_by_id(machine, agent_id) is None)
     return r
 
 
@@ -414,16 +350,6 @@ def _base_for(machine: Machine, agent_id: str) -> tuple[Path, str, Path] | None:
     if not kept.is_dir():
         return None
     return kept, detect_driver(kept / "Agent" / "chats"), kept / ".lnk-hashes.sqlite"
-
-
-def base_chats(r: Receiver) -> tuple[Path, str] | None:
-    """The store a stream's logs may build on (the receiver's inventory says how far)."""
-    info = r.info()
-    root, store = info.get("base_root"), info.get("base_store")
-    if not root or store not in ("files", "sqlite"):
-        return None
-    chats = Path(root) / "Agent" / "chats"
-    return (chats, str(store)) if chats.is_dir() else None
 
 
 def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None:
@@ -444,36 +370,3 @@ def _adopt_earlier_objects(machine: Machine, r: Receiver, agent_id: str) -> None
                     with contextlib.suppress(OSError):
                         os.replace(path, r.objects / sha)
         o.abandon()
-
-
-def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = False) -> None:
-    """Index the base's content (sha -> path) and its folders' digests (path -> digest)
-    in one transaction; for a kept folder, note which files changed there since the
-    move (lnk/payload/kept.py)."""
-    con = sqlite3.connect(r.dir / "local.sqlite")
-    cache = ChangeRecorder(cache_path) if kept else HashCache(cache_path)
-    try:
-        con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
-        con.execute("CREATE TABLE IF NOT EXISTS d (rel TEXT PRIMARY KEY, digest TEXT)")
-        snap = r.dir / "snapshots"
-        snap.mkdir(exist_ok=True)
-        files: list[tuple[str, str, str]] = []
-
-        def note(rows: list[tuple[str, str, str]]) -> None:
-            files.extend(rows)
-            if len(files) >= 5000:
-                con.executemany("INSERT INTO c VALUES (?,?,?)", files)
-                files.clear()
-
-        digests = index_tree(agent_root, cache, snap, note)[0]
-        con.executemany("INSERT INTO c VALUES (?,?,?)", files)
-        con.executemany("INSERT OR REPLACE INTO d VALUES (?,?)", digests.items())
-        # indexed once filled: one sort each, not a b-tree kept sorted row by row
-        con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
-        con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
-        if isinstance(cache, ChangeRecorder):
-            record_changes(con, cache.changed)
-        con.commit()
-    finally:
-        cache.close()
-        con.close()

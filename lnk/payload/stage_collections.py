@@ -18,7 +18,8 @@ from lnk.agents.stores import clone_chats, open_agent_store, store_path
 from lnk.collections import CollectionId, FileStore, Store, copy_collection, open_store
 from lnk.errors import InvalidInput
 from lnk.payload import manifest as M
-from lnk.payload.receivers import Receiver, base_chats
+from lnk.payload.local_index import base_chats
+from lnk.payload.receivers import Receiver
 
 
 class CollectionStaging:

@@ -1,0 +1,161 @@
+"""A receiver's index of what this machine holds of the agent (its *base*), and the
+inventory it answers from it (docs/stream-format.md 7.7).
+
+``local.sqlite`` in the receiver's folder, written once at prepare:
+
+c (sha, path, rel)      each file of the base: its content, where it is, its path
+d (rel, digest, n)      each folder with a digest; n: files and folders in it, any depth
+
+With the sender's folder digests, the inventory names the folders both hold alike
+(the outermost, of at most :data:`WHOLE_MAX` entries) and lists the content only of
+the files outside them: read as ranges of the path index between the named folders,
+so an unchanged agent's inventory reads a few rows, not one a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lnk.agents.stores import log_tails
+from lnk.payload.digests import index_tree
+from lnk.payload.folders import WHOLE_MAX
+from lnk.payload.hashcache import HashCache
+from lnk.payload.inventory import Inventory, held_whole, sizes_of
+from lnk.payload.kept import ChangeRecorder, record_changes
+from lnk.payload.manifest import SHA_RE
+
+if TYPE_CHECKING:
+    from lnk.payload.receivers import Receiver
+
+
+def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = False) -> None:
+    """Index the base's content (sha -> path) and its folders' digests (path -> digest)
+    in one transaction; for a kept folder, note which files changed there since the
+    move (lnk/payload/kept.py)."""
+    con = sqlite3.connect(r.dir / "local.sqlite")
+    cache = ChangeRecorder(cache_path) if kept else HashCache(cache_path)
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
+        con.execute("CREATE TABLE IF NOT EXISTS d (rel TEXT PRIMARY KEY, digest TEXT, n INT)")
+        snap = r.dir / "snapshots"
+        snap.mkdir(exist_ok=True)
+        files: list[tuple[str, str, str]] = []
+
+        def note(rows: list[tuple[str, str, str]]) -> None:
+            files.extend(rows)
+            if len(files) >= 5000:
+                con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+                files.clear()
+
+        digests, counts = index_tree(agent_root, cache, snap, note)
+        con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+        folders = sizes_of(digests)  # the folders with a digest inside each
+        con.executemany(
+            "INSERT OR REPLACE INTO d VALUES (?,?,?)",
+            ((p, d, counts.get(p, 0) + folders.get(p, 0)) for p, d in digests.items()),
+        )
+        # indexed once filled: one sort each, not a b-tree kept sorted row by row
+        con.execute("CREATE INDEX IF NOT EXISTS c_sha ON c(sha)")
+        con.execute("CREATE INDEX IF NOT EXISTS c_rel ON c(rel)")
+        if isinstance(cache, ChangeRecorder):
+            record_changes(con, cache.changed)
+        con.commit()
+    finally:
+        cache.close()
+        con.close()
+
+
+def holds(r: Receiver) -> int:
+    """How many distinct contents the receiver holds (its objects, its base's files as
+    indexed): ``len(inventory(r))``, counted in SQL."""
+    con = r.index_db()
+    n = 0
+    if con is not None:
+        with contextlib.suppress(sqlite3.OperationalError):  # no index of a base yet
+            n = int(con.execute("SELECT COUNT(DISTINCT sha) FROM c").fetchone()[0])
+    if r.objects.exists():
+        with os.scandir(r.objects) as it:
+            staged = [e.name for e in it if SHA_RE.fullmatch(e.name)]
+        indexed: set[str] = set()
+        if con is not None and staged:
+            with contextlib.suppress(sqlite3.OperationalError):
+                indexed = {
+                    str(sha)
+                    for (sha,) in con.execute(
+                        "SELECT sha FROM c WHERE sha IN (SELECT value FROM json_each(?))",
+                        (json.dumps(staged),),
+                    )
+                }
+        n += sum(1 for sha in staged if sha not in indexed)
+    return n
+
+
+def inventory(r: Receiver, against: dict[str, str] | None = None, at: int = 0) -> Inventory:
+    """What the receiver holds.  ``against`` the sender's folder digests
+    (:class:`lnk.protocol.StateDigests`), a folder held whole with the sender's digest
+    (and small enough that the sender surely keeps it whole, :data:`WHOLE_MAX`) is
+    listed as that one folder, and none of the content inside it (the sender sends it
+    as one entry); everything else as without (docs/stream-format.md 7.7).  ``at``:
+    when the sender took those digests (its ``StateDigests.at``), given back."""
+    dirs: dict[str, str] = {}
+    db = r.dir / "local.sqlite"
+    # the digests gathered in a table and read back in order: memory bounded whatever
+    # the number of files (a million: 32 MB of digests, not a million strings)
+    con = sqlite3.connect(db if db.exists() else ":memory:")
+    try:
+        con.execute("CREATE TEMP TABLE held (sha TEXT PRIMARY KEY) WITHOUT ROWID")
+        if r.objects.exists():
+            with os.scandir(r.objects) as it:
+                names = ((e.name,) for e in it if SHA_RE.fullmatch(e.name))
+                con.executemany("INSERT OR IGNORE INTO held VALUES (?)", names)
+        if db.exists():
+            sizes: dict[str, int] = {}
+            with contextlib.suppress(sqlite3.OperationalError):
+                for rel, digest, n in con.execute("SELECT rel, digest, n FROM d"):
+                    dirs[rel], sizes[rel] = digest, n
+            if against is None:
+                con.execute("INSERT OR IGNORE INTO held SELECT sha FROM c")
+            else:
+                dirs = held_whole(dirs, against, sizes, WHOLE_MAX)
+                con.executemany("INSERT OR IGNORE INTO held VALUES (?)", _outside(con, dirs))
+        blob = bytearray()
+        for (sha,) in con.execute("SELECT sha FROM held ORDER BY sha"):
+            if isinstance(sha, str) and SHA_RE.fullmatch(sha):
+                blob += bytes.fromhex(sha)
+    finally:
+        con.close()
+    inv = Inventory(bytes(blob))
+    inv.dirs = dirs
+    inv.at = at if against is not None else 0
+    base = base_chats(r)
+    if base is not None:
+        inv.logs = log_tails(*base)
+    return inv
+
+
+def _outside(con: sqlite3.Connection, named: dict[str, str]) -> Iterator[tuple[str]]:
+    """The content of the files inside none of the ``named`` folders (none inside
+    another): the path index read between them.  A path inside ``p`` is one from
+    ``p/`` up to ``p0`` (``0`` follows ``/``), so the named folders, ordered by that
+    bound, leave ranges between them that hold everything else."""
+    low = ""
+    for p in sorted(named, key=lambda p: p + "/"):
+        yield from con.execute("SELECT sha FROM c WHERE rel >= ? AND rel < ?", (low, p + "/"))
+        low = p + "0"
+    yield from con.execute("SELECT sha FROM c WHERE rel >= ?", (low,))
+
+
+def base_chats(r: Receiver) -> tuple[Path, str] | None:
+    """The store a stream's logs may build on (the receiver's inventory says how far)."""
+    info = r.info()
+    root, store = info.get("base_root"), info.get("base_store")
+    if not root or store not in ("files", "sqlite"):
+        return None
+    chats = Path(root) / "Agent" / "chats"
+    return (chats, str(store)) if chats.is_dir() else None
