@@ -118,7 +118,9 @@ def inventory(r: Receiver, against: dict[str, str] | None = None, at: int = 0) -
             sizes: dict[str, int] = {}
             with contextlib.suppress(sqlite3.OperationalError):
                 for rel, digest, n in con.execute("SELECT rel, digest, n FROM d"):
-                    dirs[rel], sizes[rel] = digest, n
+                    # (a size that is no number: too big to name)
+                    dirs[rel] = digest
+                    sizes[rel] = n if isinstance(n, int) else WHOLE_MAX + 1
             if against is None:
                 con.execute("INSERT OR IGNORE INTO held SELECT sha FROM c")
             else:
