@@ -20,7 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import IO, Any
 
 from lnk.agents.layout import Machine
 from lnk.errors import Interrupted, LnkError, NotFound, TransportError, UsageError
@@ -162,6 +162,7 @@ def _move(
     )
     word = ready.mover_model(machine, where, choice)
     early: steps.EarlyDigests | None = None
+    spare: IO[bytes] | None = None  # the bulk's inventory, for the final if it serves
     questions = ThreadPoolExecutor(3, "lnk-move-ask")
     try:
         early = steps.EarlyDigests(ends.src, name)  # the sender's walk beside the prepare
@@ -183,6 +184,7 @@ def _move(
         fault("move:after-prepare")
         say(f"sending {name} from {ends.src.name} to {ends.dst.name} while it answers")
         inv = steps.inventory(ends, name, prep, early)
+        spare = steps.kept_copy(inv) if prep.folders > 0 else None
         bulk = steps.phase(ends, name, prep, "bulk", inv)
         e.set(phase="bulk-sent")
         fault("move:after-bulk")
@@ -190,6 +192,8 @@ def _move(
         questions.shutdown()  # the questions end before their connection may
         if early is not None:
             early.close()
+        if spare is not None:
+            spare.close()
         steps.abandon(ends.dst, e)
         with contextlib.suppress(LnkError):
             ready.forget_there(ends, e)
@@ -199,7 +203,7 @@ def _move(
     early.close()  # taken by the inventory, or not needed (the destination held nothing)
     with deferred_signals() as guard:
         try:
-            result = _switch(machine, e, ends, prep, bulk, say, guard, t0)
+            result = _switch(machine, e, ends, prep, bulk, spare, say, guard, t0)
         except BaseException as err:
             e.set(failed=str(err) or type(err).__name__)
             say(f"the move failed ({err}); {name} resumes on {ends.src.name}")
@@ -244,13 +248,20 @@ def _switch(
     ends: Ends,
     prep: Prepared,
     bulk: ReceiveReport,
+    spare: IO[bytes] | None,
     say: Say,
     guard: Guard,
     e_started: float,
 ) -> dict[str, Any]:
     timings: dict[str, float] = {"bulk_s": round(time.monotonic() - e_started, 3)}
-    # what the destination holds can't change before the final: ask while the agent answers
-    inv = steps.inventory(ends, e.agent, prep)
+    # what the destination holds can't change before the final: ask while the agent
+    # answers, unless the bulk staged nothing there and its inventory serves (steps.py)
+    if spare is not None and steps.still_holds(bulk, spare):
+        inv, inventories = spare, 1
+    else:
+        if spare is not None:
+            spare.close()
+        inv, inventories = steps.inventory(ends, e.agent, prep), 2
     t_pause = time.monotonic()
     steps.pause(ends.src, e.agent, e.move)
     e.set(phase="paused")
@@ -278,4 +289,5 @@ def _switch(
         "status": status.to_json() if status is not None else None,
         "started": not e.no_start,
         "timings": timings,
+        "inventories": inventories,  # the final's its own (2), or the bulk's (1)
     }

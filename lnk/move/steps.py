@@ -8,6 +8,7 @@ per move (:class:`Ends`), never rebuilt from a place's name here.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -16,9 +17,10 @@ from typing import IO
 
 from lnk.agents.layout import Machine
 from lnk.agents.policy import grants_to_send
-from lnk.errors import LnkError, TransportError
+from lnk.errors import InvalidInput, LnkError, TransportError
 from lnk.move.journal import Entry
 from lnk.move.signals import guard
+from lnk.payload.inventory import Inventory
 from lnk.protocol import Left, Prepared, ProtocolError, ReceiveReport, Status, decode
 from lnk.transport.errorline import error_line
 from lnk.transport.legs import SSH_FAILED, Leg
@@ -152,6 +154,31 @@ def inventory(
         f.close()
         raise
     return f
+
+
+def kept_copy(inv: IO[bytes]) -> IO[bytes]:
+    """A copy of an inventory (the caller closes it), for the final when the bulk
+    changed nothing at the destination (:func:`still_holds`)."""
+    f = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
+    shutil.copyfileobj(inv, f)
+    inv.seek(0)
+    f.seek(0)
+    return f
+
+
+def still_holds(bulk: ReceiveReport, inv: IO[bytes]) -> bool:
+    """Whether the bulk's inventory ``inv`` serves the final too: the bulk staged no
+    content there (what the receiver holds is what it said), and the inventory gives
+    back the time of the sender's digests, so what changed since at the sender is told
+    by change times, not resent whole (docs/stream-format.md 7.7)."""
+    if bulk.data_bytes:
+        return False
+    try:
+        at = Inventory.from_bytes(inv.read()).at
+    except InvalidInput:
+        at = 0
+    inv.seek(0)
+    return at > 0
 
 
 def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> ReceiveReport:

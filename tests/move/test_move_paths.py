@@ -74,6 +74,9 @@ def test_move_back_sends_only_what_changed(world: World) -> None:
     back = _move(world, HERE)
     carried = back["bulk"]["data_bytes"] + back["final"]["data_bytes"]
     assert 100_000 <= carried < MIB, back
+    assert back["inventories"] == 2  # the bulk staged the new file: the final asks again
     again = _move(world, "b1")  # and to the box it left: its kept files count too
     assert again["bulk"]["data_bytes"] + again["final"]["data_bytes"] < MIB, again
+    # the bulk staged nothing: its inventory serves the final (one walk fewer each end)
+    assert again["bulk"]["data_bytes"] == 0 and again["inventories"] == 1
     assert world.exactly_one(agent_id) == "b1"

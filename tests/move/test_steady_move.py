@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from move_helpers import AGENT, HERE, World, make_agent, put_file
 
@@ -37,7 +38,7 @@ def hook(point):
     orig(point)
 mv.fault = hook
 out = mv.move(Machine(Path(here)), "work", "here", no_start=True)
-print(json.dumps({"bulk": out["bulk"], "final": out["final"]}))
+print(json.dumps({k: out[k] for k in ("bulk", "final", "inventories")}))
 """
 
 
@@ -70,5 +71,40 @@ def test_a_file_changed_after_the_finals_inventory_sends_only_itself(world: Worl
     out = json.loads(r.stdout.decode().strip().splitlines()[-1])
     final = out["final"]
     assert SIZE > final["data_bytes"] >= len(new)
+    assert out["inventories"] == 1  # nothing changed before the bulk: its inventory served
     here = world.here / "Link" / "Agents" / AGENT / "Home" / "proj"
     assert {p.name: _digest(p) for p in here.iterdir()} == want
+
+
+def test_the_bulks_inventory_serves_the_final_only_when_it_can() -> None:
+    """The final reuses the bulk's inventory only when the bulk staged nothing at the
+    destination and the inventory gives back the time of the sender's digests (an
+    older receiver's does not: the changed folders would go whole); it is read from its
+    start either way."""
+    import tempfile
+
+    from lnk.move.steps import kept_copy, still_holds
+    from lnk.payload.inventory import Inventory
+    from lnk.protocol import ReceiveReport
+
+    def spooled(data: bytes) -> IO[bytes]:
+        f = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the caller's with)
+        f.write(data)
+        f.seek(0)
+        return f
+
+    timed = Inventory.of([b"\x01" * 32])
+    timed.dirs, timed.at = {"Home": "ab" * 32}, 1_796_547_003_962_220_660
+    untimed = Inventory.of([b"\x01" * 32])
+    untimed.dirs = {"Home": "ab" * 32}
+    quiet = ReceiveReport(agent="work", id="ag-x", phase="bulk", committed=False)
+    busy = ReceiveReport(agent="work", id="ag-x", phase="bulk", committed=False, data_bytes=5)
+    for data, report, want in [
+        (timed.to_bytes(), quiet, True),
+        (timed.to_bytes(), busy, False),
+        (untimed.to_bytes(), quiet, False),
+        (b"not an inventory", quiet, False),
+    ]:
+        with spooled(data) as f, kept_copy(f) as copy:
+            assert still_holds(report, copy) is want
+            assert copy.read() == data == f.read()
