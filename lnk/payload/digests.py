@@ -336,7 +336,9 @@ def _newest(fr: _Dir, own: int, times: Times) -> int:
     """The newest change time in a folder at any depth (its own included)."""
     newest = own
     for name, st, sub in fr.seen:
-        newest = max(newest, st.st_ctime_ns if sub is None else times[f"{fr.rel}/{name}"][1])
+        # (a subfolder the walk has no times for counts as changed now)
+        inner = st.st_ctime_ns if sub is None else times.get(f"{fr.rel}/{name}", (0, 1 << 63))[1]
+        newest = max(newest, inner)
     return newest
 
 

@@ -85,9 +85,9 @@ class Inventory:
     ends, when both agree on that last event.  With the folders' digests (path ->
     digest, docs/stream-format.md "Folder digests"), a sender sends a folder the
     receiver holds whole at the same path as one entry.  With ``at`` (the sender's
-    file-system clock when it took the digests the folders were named against), a
-    file of a named folder that changed since is still known held where it and the
-    folders above it, up to the named one, have not changed since (7.7).
+    file-system clock when it took the digests the folders were named against), what
+    is inside a named folder that changed since is still known held where it has not
+    changed since (7.7, lnk/payload/unchanged.py).
     """
 
     def __init__(

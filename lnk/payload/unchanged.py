@@ -25,11 +25,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lnk.payload.hashcache import RACY_NS
-
-MARGIN_NS = RACY_NS
-"""How long before the sender's digests a change must be for it to count as before them
-(a file system's clock steps in ticks, and may be set back a little)."""
+MARGIN_NS = 50_000_000
+"""How long before the sender's digests a change must be for it to count as before them.
+Small: the digests' time is the file system's own clock read just before the walk, so a
+change after it has a change time at or after it (one in the same tick counts as after:
+the comparison is strict), and a change before it is in the digests (the walk comes
+after); this only covers that clock set back a little."""
 
 Times = dict[str, tuple[int, int]]
 """Folder path -> (its own change time, the newest change time in it at any depth)."""
