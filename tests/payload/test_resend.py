@@ -14,14 +14,27 @@ import os
 import random
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from payload_helpers import agent_files, link_groups, load_agent, make_agent, move, write
+from payload_helpers import (
+    agent_files,
+    link_groups,
+    load_agent,
+    make_agent,
+    move,
+    prepare,
+    write,
+)
 
 from lnk.agents.layout import Machine
+from lnk.payload import unchanged
+from lnk.payload.folders import clock, sending_digests
+from lnk.payload.receive import receive
+from lnk.payload.send import send_agent
 
 OLD = 1_600_000_000_000_000_000
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-é", min_size=1, max_size=8).filter(
@@ -136,6 +149,50 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
             assert len(inodes) == 1, group
         for p, v in whole.items():  # kinds agree on disk (a link is a link, never followed)
             assert stat.S_ISLNK(os.lstat(b_root / p).st_mode) == (v[0] == "l")
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8))
+def test_edits_after_the_inventory_still_give_what_a_full_send_gives(
+    tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]]
+) -> None:
+    """The same, with the edits made *after* the inventory was taken against the
+    sender's digests (the agent writes while it moves): the sender then tells what is
+    unchanged since by change times (lnk/payload/unchanged.py), and whatever the edits,
+    the stream is never refused and what arrives is the agent as it is."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
+        a = make_agent(src)
+        _build(a.folders.home, tree)
+        _build(a.folders.agent / "skills", skills)
+        move(a, dst)
+        before = agent_files(load_agent(dst).folders.root)
+        time.sleep(2 * unchanged.MARGIN_NS / 1e9)  # what is there is older than the margin
+        r = prepare(dst, a.id)
+        at = clock(a.folders.root)
+        inv = r.inventory(sending_digests(a.folders.root, a.runtime / "hashes.sqlite"), at=at)
+        assert at > 0
+        _edit(a.folders.home, edits)
+        _edit(a.folders.agent / "skills", edits[::-1])
+        path = Path(tmp) / "stream"
+        with open(path, "wb") as f:
+            srep = send_agent(a, f, r.key().public, inventory=inv)
+        with open(path, "rb") as f:
+            assert receive(dst, r.rid, f).committed
+        if not edits:
+            assert srep.data_bytes == 0
+        move(a, fresh)
+        again = agent_files(load_agent(dst).folders.root)
+        whole = agent_files(load_agent(fresh).folders.root)
+        assert whole == agent_files(a.folders.root)
+        for p, v in whole.items():
+            assert again.get(p) == v, p
+        for p in set(again) - set(whole):
+            assert p.startswith("Home/") and again[p] == before.get(p), p
 
 
 BIG = 24_000  # files under Home/big: more than folders.WHOLE_MAX
