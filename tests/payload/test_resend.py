@@ -60,6 +60,10 @@ EDIT = st.one_of(
 )
 
 
+# a folder moved (renamed, perhaps into another): its files keep their change times
+MOVE_DIR = st.tuples(st.just("movedir"), st.integers(0, 99), st.integers(0, 99), NAMES)
+
+
 def _build(root: Path, spec: dict[str, Any]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for name, v in spec.items():
@@ -83,6 +87,13 @@ def _dirs(home: Path) -> list[Path]:
 def _edit(home: Path, edits: list[tuple[Any, ...]]) -> None:
     for op, i, *rest in edits:
         files, dirs = _files(home), _dirs(home)
+        if op == "movedir":
+            if len(dirs) < 2:
+                continue
+            d, to = dirs[1:][i % (len(dirs) - 1)], dirs[rest[0] % len(dirs)] / rest[1]
+            if not (os.path.lexists(to) or to.is_relative_to(d)):
+                d.rename(to)
+            continue
         if op == "add" or op == "symlink":
             d = dirs[i % len(dirs)]
             p = d / rest[0]
@@ -156,14 +167,15 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8))
+@given(tree=TREE, skills=TREE, edits=st.lists(st.one_of(EDIT, MOVE_DIR), max_size=8))
 def test_edits_after_the_inventory_still_give_what_a_full_send_gives(
     tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]]
 ) -> None:
     """The same, with the edits made *after* the inventory was taken against the
-    sender's digests (the agent writes while it moves): the sender then tells what is
-    unchanged since by change times (lnk/payload/unchanged.py), and whatever the edits,
-    the stream is never refused and what arrives is the agent as it is."""
+    sender's digests (the agent writes while it moves), folders moved too: the sender
+    then tells what is unchanged since by change times (lnk/payload/unchanged.py), and
+    whatever the edits, the stream is never refused and what arrives is the agent as
+    it is."""
     with tempfile.TemporaryDirectory() as tmp:
         src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
         a = make_agent(src)
