@@ -128,7 +128,12 @@ def _edit(home: Path, edits: list[tuple[Any, ...]]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(tree=TREE, skills=TREE, edits=st.lists(EDIT, max_size=8), against=st.booleans())
+@given(
+    tree=TREE,
+    skills=TREE,
+    edits=st.lists(st.one_of(EDIT, MOVE_DIR), max_size=8),
+    against=st.booleans(),
+)
 def test_a_resend_against_the_base_gives_what_a_full_send_gives(
     tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]], against: bool
 ) -> None:
