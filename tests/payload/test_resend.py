@@ -1,7 +1,7 @@
 """The property: a re-send against the receiver's base gives exactly what a full send gives.
 
 Random trees, then random edits (add, change, remove, rename, hard-link, change mode,
-symbolic link); the agent is sent again to the machine that holds its earlier copy
+symbolic link, a folder moved); the agent is sent again to the machine that holds its earlier copy
 (with that machine's inventory, whole or taken against the sender's folder
 digests as a move takes it) and, whole, to a machine that never saw it. Both end
 with the same agent; the re-sent one keeps, besides, only the Home files the agent
