@@ -164,12 +164,8 @@ def keeper(
     quiet = since.quiet(times) if since and times is not None else set()
 
     def keep(rel: str) -> str:
-        digest = held.get(rel, "")
-        if rel in quiet:
-            digest = now.get(rel, "")
-        elif not digest or now.get(rel) != digest:
-            return ""
-        if not digest:
+        digest = now.get(rel, "") if rel in quiet else held.get(rel, "")
+        if not digest or now.get(rel) != digest:
             return ""
         return digest if accept is None or accept(rel, digest, files.get(rel, 0)) else ""
 

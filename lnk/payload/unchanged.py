@@ -56,20 +56,24 @@ class SinceDigests:
         except OSError:
             return None
 
-    def folder(self, rel: str, ctime: int, parent_ctime: int | None = None) -> bool:
-        """Note a folder the walk goes into, by its change time; whether it is in place.
-        ``parent_ctime``: the holding folder's, if known (else the walk's note, or lstat)."""
-        if not self:
-            return False
+    def _placed(self, rel: str, own: int, placed: dict[str, int], up: int | None) -> bool:
+        """The rule: ``rel`` (its change time ``own``) is in place when it is named, or
+        lies directly in a folder of ``placed`` (folder -> change time), and it or the
+        folder holding it has not changed since; then it joins ``placed``.  ``up``: the
+        holding folder's change time for a named one, if the walk knows it."""
         parent = rel.rpartition("/")[0]
         if rel in self.named:
-            up = parent_ctime if parent_ctime is not None else self._above(parent)
+            up = up if up is not None else self._above(parent)
         else:
-            up = self.in_place.get(parent)
-        if up is None or min(ctime, up) >= self.before:
+            up = placed.get(parent)
+        if up is None or min(own, up) >= self.before:
             return False
-        self.in_place[rel] = ctime
+        placed[rel] = own
         return True
+
+    def folder(self, rel: str, ctime: int) -> bool:
+        """Note a folder the walk goes into, by its change time; whether it is in place."""
+        return bool(self) and self._placed(rel, ctime, self.in_place, None)
 
     def file(self, rel: str, st: os.stat_result | None) -> bool:
         """A regular file (no hard link, no snapshot: the caller's part) of a folder in
@@ -87,15 +91,14 @@ class SinceDigests:
         not changed since at any depth (a subfolder so goes held whole, with its digest
         now)."""
         out: set[str] = set()
-        placed: dict[str, bool] = {}
+        placed: dict[str, int] = {}
         for rel in sorted(times, key=lambda p: p.count("/")):  # outer folders first
             own, newest = times[rel]
-            parent = rel.rpartition("/")[0]
-            if rel in self.named:
-                up = times[parent][0] if parent in times else self._above(parent)
-                placed[rel] = up is not None and min(own, up) < self.before
-            elif placed.get(parent):
-                placed[rel] = min(own, times[parent][0]) < self.before
-                if placed[rel] and newest < self.before:
-                    out.add(rel)
+            parent = times.get(rel.rpartition("/")[0])
+            if (
+                self._placed(rel, own, placed, parent[0] if parent else None)
+                and rel not in self.named
+                and newest < self.before
+            ):
+                out.add(rel)
         return out
