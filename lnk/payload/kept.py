@@ -42,6 +42,14 @@ CONFLICT = ".moved-conflict-"
 LEFT = "left"  # the kept folder's files as the agent left them: rel -> stat
 LEFT_DIRS = "left_dirs"  # or each folder's listing as the agent left it: dir -> listing
 SENT, SENT_BY = "sent_dirs", "sent_by"  # a final send's listings, and that send's stream
+NOTES = (LEFT, LEFT_DIRS, SENT, SENT_BY)  # a hash cache's notes of how the agent left
+
+
+def drop_notes(con: sqlite3.Connection) -> None:
+    """Forget every note of how the agent left (a kept folder's cache becoming an agent's,
+    or a new note replacing them)."""
+    for table in NOTES:
+        con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 class SentListing:
@@ -129,8 +137,7 @@ def record_left(kept: Path, cache_path: Path) -> None:
     moments, a SQLite database)."""
     con = sqlite3.connect(cache_path)
     try:
-        for table in (LEFT, LEFT_DIRS, SENT, SENT_BY):
-            con.execute(f"DROP TABLE IF EXISTS {table}")
+        drop_notes(con)
         con.execute(
             f"CREATE TABLE {LEFT} (rel TEXT PRIMARY KEY, size INT, mtime INT, ctime INT, "
             "ino INT) WITHOUT ROWID"

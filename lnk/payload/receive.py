@@ -364,8 +364,7 @@ def _copy_cache(src: Path, dst: Path) -> None:
         b = sqlite3.connect(dst)
         try:
             a.backup(b)
-            for table in (kept.LEFT, kept.LEFT_DIRS, kept.SENT, kept.SENT_BY):  # its own notes
-                b.execute(f"DROP TABLE IF EXISTS {table}")
+            kept.drop_notes(b)  # the kept folder's own notes
             b.commit()
         finally:
             b.close()
