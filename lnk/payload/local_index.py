@@ -15,7 +15,6 @@ so an unchanged agent's inventory reads a few rows, not one a file.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -71,29 +70,34 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
         con.close()
 
 
-def holds(r: Receiver) -> int:
-    """How many distinct contents the receiver holds (its objects, its base's files as
-    indexed): ``len(inventory(r))``, counted in SQL."""
-    con = r.index_db()
-    n = 0
-    if con is not None:
-        with contextlib.suppress(sqlite3.OperationalError):  # no index of a base yet
-            n = int(con.execute("SELECT COUNT(DISTINCT sha) FROM c").fetchone()[0])
+def _staged(r: Receiver) -> Iterator[str]:
+    """The digests of the content staged in the receiver's objects, one at a time."""
     if r.objects.exists():
         with os.scandir(r.objects) as it:
-            staged = [e.name for e in it if SHA_RE.fullmatch(e.name)]
-        indexed: set[str] = set()
-        if con is not None and staged:
-            with contextlib.suppress(sqlite3.OperationalError):
-                indexed = {
-                    str(sha)
-                    for (sha,) in con.execute(
-                        "SELECT sha FROM c WHERE sha IN (SELECT value FROM json_each(?))",
-                        (json.dumps(staged),),
-                    )
-                }
-        n += sum(1 for sha in staged if sha not in indexed)
-    return n
+            yield from (e.name for e in it if SHA_RE.fullmatch(e.name))
+
+
+def holds(r: Receiver) -> int:
+    """How many distinct contents the receiver holds (its objects, its base's files as
+    indexed): ``len(inventory(r))``, counted in SQL (memory bounded: an interrupted
+    receiver's million staged objects, adopted, are not a list)."""
+    db = r.dir / "local.sqlite"
+    if not db.exists():
+        return sum(1 for _ in _staged(r))
+    con = sqlite3.connect(db)
+    try:
+        con.execute("CREATE TEMP TABLE staged (sha TEXT PRIMARY KEY) WITHOUT ROWID")
+        con.executemany("INSERT OR IGNORE INTO staged VALUES (?)", ((s,) for s in _staged(r)))
+        try:
+            got = con.execute(
+                "SELECT (SELECT COUNT(DISTINCT sha) FROM c) "
+                "+ (SELECT COUNT(*) FROM staged WHERE sha NOT IN (SELECT sha FROM c))"
+            )
+        except sqlite3.OperationalError:  # no index of a base yet
+            got = con.execute("SELECT COUNT(*) FROM staged")
+        return int(got.fetchone()[0])
+    finally:
+        con.close()
 
 
 def inventory(r: Receiver, against: dict[str, str] | None = None, at: int = 0) -> Inventory:
@@ -110,10 +114,7 @@ def inventory(r: Receiver, against: dict[str, str] | None = None, at: int = 0) -
     con = sqlite3.connect(db if db.exists() else ":memory:")
     try:
         con.execute("CREATE TEMP TABLE held (sha TEXT PRIMARY KEY) WITHOUT ROWID")
-        if r.objects.exists():
-            with os.scandir(r.objects) as it:
-                names = ((e.name,) for e in it if SHA_RE.fullmatch(e.name))
-                con.executemany("INSERT OR IGNORE INTO held VALUES (?)", names)
+        con.executemany("INSERT OR IGNORE INTO held VALUES (?)", ((s,) for s in _staged(r)))
         if db.exists():
             sizes: dict[str, int] = {}
             with contextlib.suppress(sqlite3.OperationalError):
