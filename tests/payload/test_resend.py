@@ -31,6 +31,7 @@ from payload_helpers import (
 )
 
 from lnk.agents.layout import Machine
+from lnk.agents.registry import Agent
 from lnk.payload import unchanged
 from lnk.payload.folders import clock, sending_digests
 from lnk.payload.receive import receive
@@ -123,6 +124,37 @@ def _edit(home: Path, edits: list[tuple[Any, ...]]) -> None:
             os.chmod(f, 0o600 | rest[0])
 
 
+def _moved(tmp: str, tree: dict[str, Any], skills: dict[str, Any]) -> tuple[Agent, Machine]:
+    """An agent of these trees, moved whole to a second machine: (the agent, it)."""
+    src, dst = Machine(Path(tmp) / "a"), Machine(Path(tmp) / "b")
+    a = make_agent(src)
+    _build(a.folders.home, tree)
+    _build(a.folders.agent / "skills", skills)
+    move(a, dst)
+    return a, dst
+
+
+def _as_a_full_send_gives(a: Agent, dst: Machine, before: dict[str, Any], tmp: str) -> None:
+    """What ``dst`` holds after the re-send is what a whole send to a third machine
+    gives; besides, only the Home files the agent no longer has (as ``before`` had them);
+    hard-link groups one inode, a link a link."""
+    fresh = Machine(Path(tmp) / "c")
+    move(a, fresh)
+    again = agent_files(load_agent(dst).folders.root)
+    whole = agent_files(load_agent(fresh).folders.root)
+    assert whole == agent_files(a.folders.root)
+    for p, v in whole.items():
+        assert again.get(p) == v, p
+    for p in set(again) - set(whole):  # only Home keeps what the agent no longer has
+        assert p.startswith("Home/") and again[p] == before.get(p), p
+    b_root = load_agent(dst).folders.root
+    for group in link_groups(load_agent(fresh).folders.root):
+        inodes = {os.lstat(b_root / p).st_ino for p in group}
+        assert len(inodes) == 1, group
+    for p, v in whole.items():  # kinds agree on disk (a link is a link, never followed)
+        assert stat.S_ISLNK(os.lstat(b_root / p).st_mode) == (v[0] == "l")
+
+
 @settings(
     max_examples=30,
     deadline=None,
@@ -138,11 +170,7 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
     tree: dict[str, Any], skills: dict[str, Any], edits: list[tuple[Any, ...]], against: bool
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
-        a = make_agent(src)
-        _build(a.folders.home, tree)
-        _build(a.folders.agent / "skills", skills)
-        move(a, dst)
+        a, dst = _moved(tmp, tree, skills)
         before = agent_files(load_agent(dst).folders.root)
         _edit(a.folders.home, edits)
         _edit(a.folders.agent / "skills", edits[::-1])
@@ -151,20 +179,7 @@ def test_a_resend_against_the_base_gives_what_a_full_send_gives(
         assert rep.committed
         if not edits:  # nothing changed: every root goes as one entry, held there whole
             assert srep.kept_folders == srep.entries and srep.data_bytes == 0
-        move(a, fresh)
-        again = agent_files(load_agent(dst).folders.root)
-        whole = agent_files(load_agent(fresh).folders.root)
-        assert whole == agent_files(a.folders.root)
-        for p, v in whole.items():
-            assert again.get(p) == v, p
-        for p in set(again) - set(whole):  # only Home keeps what the agent no longer has
-            assert p.startswith("Home/") and again[p] == before.get(p), p
-        b_root = load_agent(dst).folders.root
-        for group in link_groups(load_agent(fresh).folders.root):
-            inodes = {os.lstat(b_root / p).st_ino for p in group}
-            assert len(inodes) == 1, group
-        for p, v in whole.items():  # kinds agree on disk (a link is a link, never followed)
-            assert stat.S_ISLNK(os.lstat(b_root / p).st_mode) == (v[0] == "l")
+        _as_a_full_send_gives(a, dst, before, tmp)
 
 
 @settings(
@@ -182,11 +197,7 @@ def test_edits_after_the_inventory_still_give_what_a_full_send_gives(
     whatever the edits, the stream is never refused and what arrives is the agent as
     it is."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, dst, fresh = (Machine(Path(tmp) / n) for n in ("a", "b", "c"))
-        a = make_agent(src)
-        _build(a.folders.home, tree)
-        _build(a.folders.agent / "skills", skills)
-        move(a, dst)
+        a, dst = _moved(tmp, tree, skills)
         before = agent_files(load_agent(dst).folders.root)
         time.sleep(2 * unchanged.MARGIN_NS / 1e9)  # what is there is older than the margin
         r = prepare(dst, a.id)
@@ -202,14 +213,7 @@ def test_edits_after_the_inventory_still_give_what_a_full_send_gives(
             assert receive(dst, r.rid, f).committed
         if not edits:
             assert srep.data_bytes == 0
-        move(a, fresh)
-        again = agent_files(load_agent(dst).folders.root)
-        whole = agent_files(load_agent(fresh).folders.root)
-        assert whole == agent_files(a.folders.root)
-        for p, v in whole.items():
-            assert again.get(p) == v, p
-        for p in set(again) - set(whole):
-            assert p.startswith("Home/") and again[p] == before.get(p), p
+        _as_a_full_send_gives(a, dst, before, tmp)
 
 
 BIG = 24_000  # files under Home/big: more than folders.WHOLE_MAX
