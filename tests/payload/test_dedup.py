@@ -170,3 +170,25 @@ def test_a_receivers_info_is_read_again_once_another_process_wrote_it(dst: Machi
     mine = r.info()
     mine["base_root"] = "/elsewhere"  # a copy: the next caller reads what is on disk
     assert "base_root" not in r.info()
+
+
+def test_a_folder_whose_size_in_the_index_is_no_number_is_not_named(
+    src: Machine, dst: Machine
+) -> None:
+    """The receiver's index is a file on disk: a folder's size there that is no number
+    (written by something else) names nothing held whole; the others still are."""
+    import sqlite3
+
+    from lnk.payload.folders import sending_digests
+
+    a, _ = _agent_with_files(src, n=1)
+    move(a, dst)
+    r = prepare(dst, a.id)
+    theirs = sending_digests(a.folders.root, a.runtime / "hashes.sqlite")
+    named = set(r.inventory(theirs).dirs)
+    assert {"Agent/instructions", "Agent/skills"} <= named
+    con = sqlite3.connect(r.dir / "local.sqlite")
+    con.execute("UPDATE d SET n = 'many' WHERE rel = 'Agent/skills'")
+    con.commit()
+    con.close()
+    assert set(r.inventory(theirs).dirs) == named - {"Agent/skills"}
