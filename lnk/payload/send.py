@@ -32,7 +32,9 @@ from lnk.payload.spool import send_spool, spool_collections
 from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkStats, walk_agent
 
-READERS = 4  # threads reading and hashing files (the system calls and hashlib free the GIL)
+# threads reading and hashing files: the system calls and hashlib free the GIL, but each
+# handing it on costs a wake-up; 2 measured ahead of 4 and of 1 (bench/README.md)
+READERS = 2
 
 
 def send_agent(
