@@ -6,7 +6,10 @@ receiver's objects, or a link to an earlier member of the stream).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,6 +28,7 @@ class HeldStaging:
     base_pool: ThreadPoolExecutor | None
     unresolved: list[M.FileEntry]
     unsettled: set[str]
+    staged: Callable[[str], str]  # where an entry is staged (Stage.staged)
 
     def look_at_base(self) -> None:
         """A stream may say folders of the receiver's base are held here whole: each is
@@ -66,7 +70,11 @@ class HeldStaging:
             )
 
     def _resolve_unresolved(self) -> None:
-        held = self.r.held_among([e.sha256 for e in self.unresolved if e.size])
+        shas = [e.sha256 for e in self.unresolved if e.size]
+        held = self.r.held_among(shas)
+        missing = set(shas) - held - self.unsettled
+        if missing:
+            held |= self._link_staged(missing)
         for e in self.unresolved:
             if e.size == 0:
                 if e.sha256 != M.EMPTY_SHA:
@@ -85,6 +93,23 @@ class HeldStaging:
                     "here (a link to something outside the stream?)"
                 )
         self.unresolved = []
+
+    def _link_staged(self, shas: set[str]) -> set[str]:
+        """Content carried earlier in this stream, staged where its entry goes but not
+        linked into the objects as it arrived (a small file: staging.ADOPT_MIN), linked
+        there now: the objects are where every entry without bytes finds its content."""
+        self.db.execute("CREATE INDEX IF NOT EXISTS e_sha ON e(sha)")  # one sort, if asked
+        found = set()
+        for sha in shas:
+            row = self.db.execute(
+                "SELECT path FROM e WHERE sha=? AND kind='f' AND placed LIMIT 1", (sha,)
+            ).fetchone()
+            if row is None:
+                continue
+            with contextlib.suppress(FileExistsError):
+                os.link(self.staged(row[0]), f"{self.r.objects_s}/{sha}", follow_symlinks=False)
+            found.add(sha)
+        return found
 
 
 def _digests_now(base: Path, cache_path: Path) -> tuple[dict[str, str], dict[str, int]]:

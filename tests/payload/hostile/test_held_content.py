@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hostile_kit import Dest, dentry, fentry, records, roots, sha, tree
+from hostile_kit import Dest, dentry, dump, fentry, records, roots, sha, summary_of, tree
+
+from lnk.payload import manifest as M
 
 REFUSED = 6
 KEEP = b"mine\n"  # Home/docs/keep.txt of the dest fixture, indexed at --prepare
@@ -90,3 +92,46 @@ def test_held_content_still_saves_the_bytes_when_nothing_changed(dest: Dest) -> 
     memory = dest.agent_root / "Agent" / "memory"
     assert (memory / "old.md").read_bytes() == (memory / "again.md").read_bytes() == b"old memory\n"
     assert sha(KEEP) == sha((home / "copy").read_bytes())
+
+
+def test_content_carried_earlier_in_the_stream_is_found_small_or_big(fresh: Dest) -> None:
+    """Equal content travels once (7.3.3): a later entry without bytes finds it, whether
+    its first copy came in the same FILES record or an earlier one, and whether the
+    receiver linked it into its objects as it arrived (big) or only once asked (small)."""
+    small, big = b"a note\n", os.urandom(200_000)
+    first = [
+        *roots(),
+        fentry("Home/small.txt", small),
+        fentry("Home/big.bin", big),
+        fentry("Home/same-record.txt", small, carry=False),
+        fentry("Home/same-record.bin", big, carry=False),
+    ]
+    later = [
+        dentry("Home/later"),
+        fentry("Home/later/small.txt", small, carry=False),
+        fentry("Home/later/big.bin", big, carry=False),
+    ]
+    recs = records(fresh.head(), first, small + big, summary=None)
+    recs.append((M.FILES, dump(later)))
+    recs.append((M.SUMMARY, dump(summary_of(recs))))
+    fresh.accept(fresh.stream(recs))
+    home = fresh.agent_root / "Home"
+    for name in ("small.txt", "same-record.txt", "later/small.txt"):
+        assert (home / name).read_bytes() == small
+    for name in ("big.bin", "same-record.bin", "later/big.bin"):
+        assert (home / name).read_bytes() == big
+    # each its own file: a later change of one is no change of another
+    assert (home / "small.txt").stat().st_ino != (home / "later/small.txt").stat().st_ino
+
+
+def test_content_of_a_file_carried_with_bytes_never_serves_as_held_unless_sent(
+    fresh: Dest,
+) -> None:
+    """A small file's content is not in the objects as it arrives: an entry without
+    bytes of content nobody carried is still refused."""
+    ents = [
+        *roots(),
+        fentry("Home/a.txt", b"carried\n"),
+        fentry("Home/b.txt", b"never\n", carry=False),
+    ]
+    fresh.refuse(fresh.stream(records(fresh.head(), ents, b"carried\n")), 10, "held nowhere")
