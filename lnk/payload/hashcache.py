@@ -56,7 +56,7 @@ class HashCache(CacheDB):
                 self._dirs.clear()
             rows = {}
             if self.db is not None:
-                self._flush_rows()
+                self._flush_rows(commit=False)  # seen by the query, committed later
                 try:
                     found = self.db.execute(
                         "SELECT name, size, mtime, ctime, ino, sha FROM h2 WHERE dir=?", (d,)
@@ -137,8 +137,12 @@ class HashCache(CacheDB):
         if len(self._folders) >= COMMIT_EVERY:
             self._flush_rows()
 
-    def _flush_rows(self) -> None:
+    def _flush_rows(self, commit: bool = True) -> None:
+        """The rows held, written; committed with ``commit`` or once a few thousand are
+        written and not committed (not a commit a folder: a first send asks a folder's
+        rows before each folder, with the rows of the one before held)."""
         if (self._rows or self._folders) and self.db is not None:
+            written = len(self._rows) + len(self._folders)
             try:
                 self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
                 self.db.executemany(
@@ -148,7 +152,9 @@ class HashCache(CacheDB):
             except sqlite3.OperationalError:  # locked by another writer: these are dropped
                 self.drop()
             else:
-                self.commit()
+                self.pending += written
+                if commit or self.pending >= COMMIT_EVERY:
+                    self.commit()
             self._rows = []
             self._folders = {}
 

@@ -126,9 +126,12 @@ class Inventory:
             return False
         starts = self._starts if self._starts is not None else self._index()
         p = d[0] << 8 | d[1]
+        lo, hi = starts[p], starts[p + 1]
+        if lo == hi:  # none begins so (every digest of a first send: nothing is held)
+            return False
         blob = self.blob
         # the digests beginning with these two bytes: about len/65536 of them
-        return any(blob.startswith(d, i * DIGEST) for i in range(starts[p], starts[p + 1]))
+        return any(blob.startswith(d, i * DIGEST) for i in range(lo, hi))
 
     def _index(self) -> array[int]:
         """Where the digests of each first two bytes begin in the sorted blob (256 KiB,
