@@ -78,10 +78,16 @@ def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Rea
             head = b""
             if keep:
                 chunks = []
-                while chunk := os.read(fd, max(before.st_size - size, 0) + 65536):
+                while True:
+                    want = max(before.st_size - size, 0) + 65536
+                    chunk = os.read(fd, want)
                     chunks.append(chunk)
                     h.update(chunk)
                     size += len(chunk)
+                    # a short read with all its stat said: the end (no read of nothing
+                    # to learn it: a system call, and a hand-off of the GIL, a file)
+                    if not chunk or (len(chunk) < want and size >= before.st_size):
+                        break
                 whole = b"".join(chunks)
                 head = whole[:16]
                 data: bytes | None = whole

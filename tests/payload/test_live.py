@@ -8,6 +8,7 @@ held at the pause.  No test here times anything.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import threading
@@ -211,3 +212,42 @@ def test_a_fifo_swapped_in_during_the_send_neither_blocks_it_nor_is_sent(
     assert receive_bytes(dst, r, data) is not None
     staged = list(r.dir.rglob("victim.bin"))
     assert all(p.is_file() and not stat.S_ISFIFO(p.lstat().st_mode) for p in staged)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4999, 65536, 65537, 300_000])
+def test_a_file_read_in_short_pieces_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """A read may return fewer bytes than asked before the end (a FUSE file system, say):
+    only a short read once the file's stat size is read ends the reading."""
+    data = os.urandom(size)
+    f = tmp_path / "f.bin"
+    f.write_bytes(data)
+    real = os.read
+    monkeypatch.setattr(R.os, "read", lambda fd, n: real(fd, min(n, 1000)))
+    got = R.read_settled(f, keep=True)
+    assert got is not None and got.settled
+    assert got.data == data
+    assert got.sha == hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_that_grows_between_its_stat_and_its_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "f.txt"
+    f.write_bytes(b"first\n")
+    real = os.read
+    grown: list[int] = []
+
+    def read(fd: int, n: int) -> bytes:
+        out = real(fd, n)
+        if not grown:  # a writer appends once the first read is done
+            grown.append(1)
+            with f.open("ab") as w:
+                w.write(b"second\n")
+        return out
+
+    monkeypatch.setattr(R.os, "read", read)
+    got = R.read_settled(f, keep=True)
+    assert got is not None and got.settled
+    assert got.data == b"first\nsecond\n"
