@@ -78,18 +78,29 @@ def _compressor(level: int) -> zstandard.ZstdCompressor:
 
 def seal_record(
     keys: Keys, index: int, rtype: int, body: bytes, level: int | None, *, final: bool = False
-) -> tuple[bytes, bytes]:
-    """Compress (if it helps) and seal one record; return (wire bytes, h_i)."""
-    h = hashlib.sha256(bytes((rtype,)) + body).digest() if not final else b""
+) -> tuple[bytes | bytearray, bytes]:
+    """Compress (if it helps) and seal one record; return (wire bytes, h_i).
+
+    (No copy of a body where one can be spared: the hash takes it in two parts, and
+    the sealed bytes are written behind their length word in one buffer.)"""
+    h = record_hash(rtype, body) if not final else b""
     codec, payload = CODEC_RAW, body
     if level is not None and len(body) > 32:
         packed = _compressor(level).compress(body)
         if len(packed) < len(body):
             codec, payload = CODEC_ZSTD, packed
     pt = bytes((rtype, codec)) + payload
-    ct = keys.aead(index).encrypt(nonce(index, final), pt, keys.hh)
-    word = len(ct) | (FINAL_BIT if final else 0)
-    return _WORD.pack(word) + ct, h
+    wire = bytearray(_WORD.size + len(pt) + TAG_LEN)
+    keys.aead(index).encrypt_into(nonce(index, final), pt, keys.hh, memoryview(wire)[_WORD.size :])
+    _WORD.pack_into(wire, 0, (len(pt) + TAG_LEN) | (FINAL_BIT if final else 0))
+    return wire, h
+
+
+def record_hash(rtype: int, body: bytes | bytearray | memoryview) -> bytes:
+    """h_i: SHA-256 of the record's type byte and its body (docs/stream-format.md)."""
+    h = hashlib.sha256(bytes((rtype,)))
+    h.update(body)
+    return h.digest()
 
 
 def seal_raw(keys: Keys, index: int, pt: bytes, *, final: bool = False) -> bytes:
@@ -150,7 +161,7 @@ def open_record(
         raise StreamFault(
             "payload", f"record {index} uses an unknown codec {codec:#04x}", hint=DAMAGED
         )
-    return rtype, body, hashlib.sha256(bytes((rtype,)) + body).digest()
+    return rtype, body, record_hash(rtype, body)
 
 
 class ZstdFrameError(ValueError):

@@ -111,7 +111,7 @@ class StreamWriter:
         self._level = level
         self._pool = ThreadPoolExecutor(workers, "lnk-seal") if workers > 1 else None
         self._max_inflight = max(2, 2 * workers)
-        self._inflight: deque[Future[tuple[bytes, bytes]]] = deque()
+        self._inflight: deque[Future[tuple[bytes | bytearray, bytes]]] = deque()
         self._index = 0
         self._total = 0
         self._root = hashlib.sha256()
@@ -128,7 +128,7 @@ class StreamWriter:
     def header_hash(self) -> bytes:
         return self._header.hh
 
-    def _emit(self, data: bytes) -> None:
+    def _emit(self, data: bytes | bytearray) -> None:
         self._out.write(data)
         self._wire += len(data)
 
