@@ -29,6 +29,7 @@ class HeldStaging:
     unresolved: list[M.FileEntry]
     unsettled: set[str]
     staged: Callable[[str], str]  # where an entry is staged (Stage.staged)
+    keep_objects: bool  # (not for a restore: a snapshot carries every file's bytes)
 
     def look_at_base(self) -> None:
         """A stream may say folders of the receiver's base are held here whole: each is
@@ -73,7 +74,7 @@ class HeldStaging:
         shas = [e.sha256 for e in self.unresolved if e.size]
         held = self.r.held_among(shas)
         missing = set(shas) - held - self.unsettled
-        if missing:
+        if missing and self.keep_objects:
             held |= self._link_staged(missing)
         for e in self.unresolved:
             if e.size == 0:

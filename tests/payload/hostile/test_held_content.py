@@ -6,9 +6,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hostile_kit import Dest, dentry, dump, fentry, records, roots, sha, summary_of, tree
+import pytest
+from hostile_kit import Dest, dentry, dump, fentry, head, records, roots, sha, summary_of, tree
 
+from lnk.agents.layout import Machine
+from lnk.agents.settings import new_agent_id
+from lnk.errors import StreamError
 from lnk.payload import manifest as M
+from lnk.payload.receive import receive_records
 
 REFUSED = 6
 KEEP = b"mine\n"  # Home/docs/keep.txt of the dest fixture, indexed at --prepare
@@ -135,3 +140,15 @@ def test_content_of_a_file_carried_with_bytes_never_serves_as_held_unless_sent(
         fentry("Home/b.txt", b"never\n", carry=False),
     ]
     fresh.refuse(fresh.stream(records(fresh.head(), ents, b"carried\n")), 10, "held nowhere")
+
+
+def test_a_restore_never_finds_content_by_an_earlier_entry(tmp_path: Path) -> None:
+    """A backup's snapshot carries the bytes of every file that has any: a restore takes
+    no entry without bytes as held (nothing is linked into its objects)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    ents = [*roots(), fentry("Home/a.txt", b"once\n"), fentry("Home/b.txt", b"once\n", carry=False)]
+    recs = records(head(new_agent_id()), ents, b"once\n")
+    with pytest.raises(StreamError, match="held nowhere"):
+        receive_records(Machine(home), recs)
+    assert not (home / "Link" / "Agents" / "work").exists()
