@@ -8,6 +8,7 @@ per move (:class:`Ends`), never rebuilt from a place's name here.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -174,7 +175,7 @@ def still_holds(bulk: ReceiveReport, inv: IO[bytes]) -> bool:
     if bulk.data_bytes:
         return False
     try:
-        at = Inventory.from_bytes(inv.read()).at
+        at = Inventory.at_of(inv)  # its header alone: the digests are the sender's to read
     except InvalidInput:
         at = 0
     inv.seek(0)
@@ -187,6 +188,9 @@ def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> 
     send = ["agent", "state-send", "--agent", name, "--to", prep.public_key, "--phase", which]
     recv = ["agent", "state-receive", "--receiver", prep.receiver, "--json"]
     with inv:
+        # the child reads the descriptor from its own offset, not from this file's buffer
+        # (a seek back within what was buffered moves only the buffer's)
+        os.lseek(inv.fileno(), inv.tell(), os.SEEK_SET)
         a, b = _piped(ends, [*send, "--inventory", "-"], recv, stdin=inv)
         try:
             with a, b:

@@ -13,7 +13,7 @@ import struct
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lnk.errors import InvalidInput
 
@@ -76,6 +76,37 @@ def ancestors(rel: str) -> Iterable[str]:
 def under_any(rel: str, folders: dict[str, str]) -> bool:
     """Whether the path lies inside one of ``folders``."""
     return any(a in folders for a in ancestors(rel))
+
+
+def _meta_length(head: bytes) -> int:
+    """The length of a version 2 inventory's JSON, from its first 12 bytes."""
+    if len(head) < len(MAGIC2) + 4:
+        raise InvalidInput("the inventory ends in its header", hint="make a new one")
+    (n,) = struct.unpack(">I", head[len(MAGIC2) : len(MAGIC2) + 4])
+    if n > MAX_LOGS_JSON:
+        raise InvalidInput("the inventory's log list is too large", hint="make a new one")
+    return int(n)
+
+
+def _meta(raw: bytes) -> tuple[dict[str, list[Any]], dict[str, str], int]:
+    """A version 2 inventory's JSON, checked: (logs, dirs, at)."""
+    try:
+        meta = json.loads(raw)
+        logs = dict(meta.get("logs", {}))
+        dirs = dict(meta.get("dirs", {}))
+        at = meta.get("at", 0)
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
+        raise InvalidInput(
+            f"the inventory's log list is damaged ({e})", hint="make a new one"
+        ) from e
+    for k, v in dirs.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not _DIGEST_HEX.match(v):
+            raise InvalidInput("the inventory's folder digests are damaged", hint="make a new one")
+    if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < 1 << 63:
+        raise InvalidInput(
+            "the inventory's time of the sender's digests is not a time", hint="make a new one"
+        )
+    return logs, dirs, at
 
 
 class Inventory:
@@ -167,23 +198,11 @@ class Inventory:
     def from_bytes(cls, data: bytes) -> Inventory:
         logs: dict[str, list[Any]] = {}
         dirs: dict[str, str] = {}
-        at: Any = 0
+        at = 0
         if data.startswith(MAGIC2):
-            if len(data) < len(MAGIC2) + 4:
-                raise InvalidInput("the inventory ends in its header", hint="make a new one")
-            (n,) = struct.unpack(">I", data[len(MAGIC2) : len(MAGIC2) + 4])
-            if n > MAX_LOGS_JSON:
-                raise InvalidInput("the inventory's log list is too large", hint="make a new one")
+            n = _meta_length(data[: len(MAGIC2) + 4])
             start = len(MAGIC2) + 4
-            try:
-                meta = json.loads(data[start : start + n])
-                logs = dict(meta.get("logs", {}))
-                dirs = dict(meta.get("dirs", {}))
-                at = meta.get("at", 0)
-            except (ValueError, AttributeError, TypeError, RecursionError) as e:
-                raise InvalidInput(
-                    f"the inventory's log list is damaged ({e})", hint="make a new one"
-                ) from e
+            logs, dirs, at = _meta(data[start : start + n])
             blob = data[start + n :]
         elif data.startswith(MAGIC):
             blob = data[len(MAGIC) :]
@@ -192,21 +211,23 @@ class Inventory:
                 "that is not an lnk inventory",
                 hint="make one with lnk agent state-receive --inventory --receiver R",
             )
-        for k, v in dirs.items():
-            if not isinstance(k, str) or not isinstance(v, str) or not _DIGEST_HEX.match(v):
-                raise InvalidInput(
-                    "the inventory's folder digests are damaged", hint="make a new one"
-                )
-        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < 1 << 63:
-            raise InvalidInput(
-                "the inventory's time of the sender's digests is not a time", hint="make a new one"
-            )
         inv = cls(blob, logs, dirs)
         inv.at = at
         for i in range(1, len(inv)):
             if blob[(i - 1) * DIGEST : i * DIGEST] >= blob[i * DIGEST : (i + 1) * DIGEST]:
                 raise InvalidInput("the inventory is not sorted", hint="make a new one")
         return inv
+
+    @staticmethod
+    def at_of(f: IO[bytes]) -> int:
+        """The ``at`` of the inventory in ``f``, from its header alone (its digests not
+        read): 0 for one that says none.  InvalidInput as :meth:`from_bytes`."""
+        head = f.read(len(MAGIC2) + 4)
+        if not head.startswith(MAGIC2):
+            if head.startswith(MAGIC):
+                return 0
+            raise InvalidInput("that is not an lnk inventory", hint="make a new one")
+        return _meta(f.read(_meta_length(head)))[2]
 
     @classmethod
     def load(cls, path: Path) -> Inventory:

@@ -13,6 +13,7 @@ as it is.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import time
@@ -23,6 +24,7 @@ from payload_helpers import agent_files, load_agent, make_agent, move, prepare, 
 
 from lnk.agents.layout import Machine
 from lnk.agents.registry import Agent
+from lnk.errors import InvalidInput
 from lnk.payload import unchanged
 from lnk.payload.folders import clock, sending_digests
 from lnk.payload.hashcache import HashCache
@@ -256,12 +258,14 @@ def test_an_inventory_with_a_bad_time_of_the_digests_is_refused(at: object) -> N
     import json
     import struct
 
-    from lnk.errors import InvalidInput
     from lnk.payload.inventory import MAGIC2
 
     meta = json.dumps({"logs": {}, "dirs": {}, "at": at}).encode()
+    data = MAGIC2 + struct.pack(">I", len(meta)) + meta
     with pytest.raises(InvalidInput, match="time of the sender's digests"):
-        Inventory.from_bytes(MAGIC2 + struct.pack(">I", len(meta)) + meta)
+        Inventory.from_bytes(data)
+    with pytest.raises(InvalidInput, match="time of the sender's digests"):
+        Inventory.at_of(io.BytesIO(data))  # the header alone, as the mover reads it
 
 
 def test_an_inventory_carries_the_time_of_the_digests() -> None:
@@ -270,3 +274,10 @@ def test_an_inventory_carries_the_time_of_the_digests() -> None:
     back = Inventory.from_bytes(inv.to_bytes())
     assert back.at == inv.at and b"\x01" * 32 in back
     assert Inventory.from_bytes(Inventory.of([]).to_bytes()).at == 0
+    # its header alone says the same, without the digests (cut off here) being read
+    assert Inventory.at_of(io.BytesIO(inv.to_bytes()[:-32])) == inv.at
+    assert Inventory.at_of(io.BytesIO(Inventory.of([b"\x01" * 32]).to_bytes())) == 0
+    with pytest.raises(InvalidInput, match="not an lnk inventory"):
+        Inventory.at_of(io.BytesIO(b"not an inventory"))
+    with pytest.raises(InvalidInput, match="ends in its header"):
+        Inventory.at_of(io.BytesIO(inv.to_bytes()[:10]))
