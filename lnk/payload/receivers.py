@@ -131,9 +131,10 @@ class Receiver:
     def held_among(self, shas: list[str]) -> set[str]:
         """Which of ``shas`` :meth:`held` finds, asked in one query, not one a file (a
         final that names thousands of files unchanged in a folder held whole)."""
-        found = {sha for sha in shas if os.path.isfile(f"{self.objects_s}/{sha}")}
+        asked = set(shas)  # (a content many entries share: looked for once)
+        found = {sha for sha in asked if os.path.isfile(f"{self.objects_s}/{sha}")}
         con = self.index_db()
-        rest = [sha for sha in set(shas) - found]
+        rest = list(asked - found)
         if con is None or not rest:
             return found
         base = self.info().get("base_root")
