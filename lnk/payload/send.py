@@ -37,6 +37,14 @@ from lnk.payload.walk import WalkStats, walk_agent
 READERS = 2
 
 
+def _named(dirs: dict[str, str]) -> Callable[[str], str]:
+    """For a bulk: the folders its inventory names held whole, taken as named.  They were
+    named against this machine's own digests at the inventory's ``at``, moments ago, so
+    a bulk does not walk them again to see the same; one changed since costs the final
+    (which walks everything, the agent paused) its bytes, never a wrong file."""
+    return lambda rel: dirs.get(rel, "")
+
+
 def send_agent(
     agent: Agent,
     out: BinaryIO,
@@ -85,7 +93,9 @@ def send_agent(
         # (the final also notes every folder's listing: how the agent leaves, if it does)
         left = SentListing(cache) if phase == "final" else None
         keep = None
-        if inventory is not None:
+        if inventory is not None and phase == "bulk" and inventory.at > 0:
+            keep = _named(inventory.dirs)  # (the final walks them: its word counts)
+        elif inventory is not None:
             keep = keeper(inventory.dirs, folders.root, cache, listed=left, since=unchanged)
         if left is not None:
             left.done(report.stream_id)

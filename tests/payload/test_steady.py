@@ -233,6 +233,48 @@ def test_a_folder_renamed_in_place_of_another_is_sent(src: Machine, dst: Machine
     }[how]
 
 
+def test_a_bulk_takes_the_named_folders_as_named_and_the_final_sends_the_change(
+    src: Machine, dst: Machine
+) -> None:
+    """A bulk does not walk the folders its inventory names (named against this
+    machine's own digests, moments before): one changed since goes with the bulk as
+    named, and the final, which walks everything with the agent paused, carries the
+    change; the arrival is the agent as it is."""
+    a = make_agent(src)
+    _tree(a.folders.home)
+    move(a, dst)
+    _after_every_change(a)
+    r = prepare(dst, a.id)
+    at = clock(a.folders.root)
+    dirs = sending_digests(a.folders.root, a.runtime / "hashes.sqlite")
+    inv = Inventory.from_bytes(r.inventory(dirs, at=at).to_bytes())
+    assert "Home" in inv.dirs and inv.at == at
+    changed = a.folders.home / "d2" / "sub" / "f3.txt"
+    changed.write_bytes(b"changed\n")  # after the digests, before the bulk
+    path = dst.home.parent / "stream"
+    with open(path, "wb") as f:
+        bulk = send_agent(a, f, r.key().public, phase="bulk", inventory=inv)
+    assert bulk.data_bytes == 0 and bulk.kept_folders == len(inv.dirs)
+    with open(path, "rb") as f:
+        assert not receive(dst, r.rid, f).committed
+    with open(path, "wb") as f:
+        final = send_agent(
+            a,
+            f,
+            r.key().public,
+            phase="final",
+            inventory=inv,
+            since=bulk.watermarks,
+            base_stream=bulk.stream_id,
+        )
+    assert final.data_bytes == len(b"changed\n")
+    with open(path, "rb") as f:
+        assert receive(dst, r.rid, f).committed
+    got = load_agent(dst).folders.home / "d2" / "sub" / "f3.txt"
+    assert got.read_bytes() == b"changed\n"
+    assert agent_files(a.folders.root).items() <= agent_files(load_agent(dst).folders.root).items()
+
+
 def test_the_clock_is_read_in_config_leaving_nothing(src: Machine) -> None:
     """The digests' time comes from the agent's own file system, through a file made and
     removed in Config/: the folders holding the file roots keep their change times."""
