@@ -94,7 +94,9 @@ class StreamReader:
                     error = exc
                     break
                 pending.append(item)
-                while len(pending) > lookahead:
+                # the first record goes out as it arrives, not once more follow (a
+                # payload's HEAD: the caller starts its own work by it while the rest comes)
+                while len(pending) > (lookahead if self._n else 0):
                     yield from self._complete(pending.popleft())
             while pending:
                 yield from self._complete(pending.popleft())

@@ -180,6 +180,19 @@ class StreamWriter:
             self.write(rtype, chunk)
             n += len(chunk)
 
+    def flush(self) -> None:
+        """Put every record written so far onto ``out`` and flush it, so the reader has
+        them now, not when more follow (a receiver starts its own work on a HEAD)."""
+        if self._state != "open":
+            raise StreamError(f"this stream writer is {self._state}")
+        try:
+            while self._inflight:
+                self._drain_one()
+            self._out.flush()
+        except BaseException:
+            self.abort()
+            raise
+
     def close(self) -> StreamSummary:
         """Write what is in flight and the final record, flush; return the summary."""
         if self.summary is not None:

@@ -219,3 +219,46 @@ def test_streams_through_a_pipe() -> None:
     t.join(timeout=60)
     assert not t.is_alive() and not errors
     assert got == recs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_flushed_first_record_reaches_the_reader_before_anything_follows(workers: int) -> None:
+    """A writer's ``flush`` puts what it has on the wire, and a reader hands out the first
+    record as it arrives, not once more records fill its look-ahead: a receiver starts
+    its work on a HEAD while the sender is still walking (here the writer writes nothing
+    more until the reader has the first record)."""
+    rfd, wfd = os.pipe()
+    first = threading.Event()
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            with os.fdopen(wfd, "wb") as out, StreamWriter(out, KEY.public, workers=2) as w:
+                w.write(1, b"head")
+                w.flush()
+                if not first.wait(timeout=30):
+                    raise AssertionError("the reader never had the first record")
+                w.write(2, b"rest")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=send)
+    t.start()
+    with os.fdopen(rfd, "rb") as inp:
+        it = iter(StreamReader(inp, KEY, workers=workers))
+        assert next(it) == (1, b"head")
+        first.set()
+        assert list(it) == [(2, b"rest")]
+    t.join(timeout=60)
+    assert not t.is_alive() and not errors
+
+
+def test_a_writer_that_is_closed_or_aborted_does_not_flush() -> None:
+    w = StreamWriter(io.BytesIO(), KEY.public)
+    w.close()
+    with pytest.raises(StreamError, match="closed"):
+        w.flush()
+    w = StreamWriter(io.BytesIO(), KEY.public)
+    w.abort()
+    with pytest.raises(StreamError, match="aborted"):
+        w.flush()
