@@ -78,6 +78,9 @@ def send_agent(
     readers = ThreadPoolExecutor(READERS, "lnk-read")
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
+        # the HEAD goes at once: the receiver starts its check of what it holds (its
+        # walk of the base) beside this send's walk, not once the stream has ended
+        writer.flush()
         spooled = pool.submit(spool_collections, agent, spool, since, inventory)
         unchanged = (
             SinceDigests(inventory.dirs, inventory.at, folders.root)

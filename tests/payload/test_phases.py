@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -25,6 +26,7 @@ from lnk.errors import NotFound, StreamError
 from lnk.formats.reader import StreamReader
 from lnk.payload import manifest as M
 from lnk.payload import receivers
+from lnk.payload.send import send_agent
 
 
 def test_the_key_is_private_and_gone_after_commit(src: Machine, dst: Machine) -> None:
@@ -121,3 +123,35 @@ def test_a_final_on_another_bulk_is_refused(src: Machine, dst: Machine) -> None:
         receive_bytes(dst, r, final)
     assert (r.dir / "key").exists()
     assert not dst.folders("work").root.exists()
+
+
+class _Flushes(io.BytesIO):
+    """A stream's bytes, and how many had been written at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[int] = []
+
+    def flush(self) -> None:
+        self.at.append(len(self.getvalue()))
+        super().flush()
+
+
+@pytest.mark.parametrize("phase", ["full", "bulk", "final"])
+def test_a_send_puts_its_head_on_the_wire_before_it_walks(
+    src: Machine, dst: Machine, phase: str
+) -> None:
+    """The HEAD goes out alone first: the receiver learns what arrives, and starts its
+    check of what it holds (a walk of its base, for a final) beside the send's walk,
+    not once the stream has ended."""
+    a = sample_agent(src)
+    r = prepare(dst)
+    out = _Flushes()
+    send_agent(a, out, r.key().public, phase=phase, base_stream="00" * 16)
+    assert len(out.at) >= 2 and out.at[0] < out.at[-1]
+    first = StreamReader(io.BytesIO(out.getvalue()[: out.at[0]]), r.key())
+    records = iter(first)
+    rtype, body = next(records)
+    assert rtype == M.HEAD and json.loads(body)["phase"] == phase
+    with pytest.raises(StreamError, match="cut short"):
+        next(records)  # nothing but the HEAD had been written
