@@ -85,13 +85,15 @@ class Entry:
         phase: str | None = None,
         receiver: str | None = None,
         dst_had_agent: bool | None = None,
+        was_running: bool | None = None,
         failed: str | _Keep | None = KEEP,
         final: str | None = None,
     ) -> None:
         """Change the entry and write it: its phase (a step the state machine has no arrow
         for, backwards, sideways or out of a failed move, is refused), the receiver and
         what the destination held (learnt at the prepare), or why it failed (None: it
-        goes on), and the final stream's ID (at the commit).  Only these change; a
+        goes on), whether the agent ran at the source (as its status answered, beside
+        the prepare), and the final stream's ID (at the commit).  Only these change; a
         misspelt one is a TypeError, caught by mypy."""
         if phase is not None:
             check_step(self.phase, phase, self.failed is not None)
@@ -108,6 +110,8 @@ class Entry:
             self.receiver = receiver
         if dst_had_agent is not None:
             self.dst_had_agent = dst_had_agent
+        if was_running is not None:
+            self.was_running = was_running
         if not isinstance(failed, _Keep):
             self.failed = failed
         if final is not None:

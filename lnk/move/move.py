@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
 from lnk.agents.layout import Machine
@@ -35,7 +35,7 @@ from lnk.move.steps import Ends
 from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
 from lnk.places.where import HERE, Whereabouts, place_leg, where_is
-from lnk.protocol import BackupSchedule, Prepared, ReceiveReport
+from lnk.protocol import BackupSchedule, Prepared, ReceiveReport, Status
 from lnk.transport import share
 from lnk.transport.legs import Leg
 from lnk.transport.pipes import pipe
@@ -144,31 +144,32 @@ def _move(
         src = pool.submit(_ready_end, machine, where.place, say, where.leg)
         dst = pool.submit(_ready_end, machine, to, say)
         ends = Ends(src.result(), dst.result())
-    st = steps.status(ends.src, name)
-    if st.id != where.id:
-        raise NotFound(
-            f"{name} is not on {ends.src.name} as this computer remembers",
-            hint=f"lnk box run {where.place} -- agent list",
-        )
     t0 = time.monotonic()
+    # (whether it runs there: as its status answers, beside the prepare)
     e = journal.new_entry(
-        machine,
-        agent=name,
-        agent_id=where.id,
-        src=where.place,
-        dst=to,
-        no_start=no_start,
-        was_running=st.running,
+        machine, agent=name, agent_id=where.id, src=where.place, dst=to, no_start=no_start
     )
     word = ready.mover_model(machine, where, choice)
     early: steps.EarlyDigests | None = None
     spare: IO[bytes] | None = None  # the bulk's inventory, for the final if it serves
-    questions = ThreadPoolExecutor(3, "lnk-move-ask")
+    questions = ThreadPoolExecutor(4, "lnk-move-ask")
     try:
-        early = steps.EarlyDigests(ends.src, name)  # the sender's walk beside the prepare
-        asked = ready.ask_source(questions, ends, where)  # and the small questions there
-        prep = steps.prepare(machine, ends.dst, name, where.id, where.here, ready.model_args(word))
+        # the agent's status at the source, its walk (the sender's digests) and the small
+        # questions there, all beside the prepare at the destination (its walk of what it
+        # holds is the longest step before the bulk)
+        asked_status = questions.submit(steps.status, ends.src, name)
+        early = steps.EarlyDigests(ends.src, name)
+        asked = ready.ask_source(questions, ends, where)
+        try:
+            prep = steps.prepare(
+                machine, ends.dst, name, where.id, where.here, ready.model_args(word)
+            )
+        except BaseException:
+            _at_source(asked_status, where, ends)  # the source's word first, if it fails
+            raise
         e.set(phase="prepared", receiver=prep.receiver, dst_had_agent=prep.has_agent)
+        st = _at_source(asked_status, where, ends)  # (its receiver abandoned if not)
+        e.set(was_running=st.running)
         # what the agent needs there, settled while nothing is sent
         ready.check_harness(where, ends, prep, st.harness, to)
         ready.check_grants(machine, ends, where, prep, say, asked)
@@ -211,6 +212,17 @@ def _move(
             raise _as_lnk(err) from err
     result["schedule"] = _follow(ends, e, schedule, backup_schedule, to, say)
     return result
+
+
+def _at_source(asked: Future[Status], where: Whereabouts, ends: Ends) -> Status:
+    """The agent's status at the source, as asked; NotFound if another agent answers."""
+    st = asked.result()
+    if st.id != where.id:
+        raise NotFound(
+            f"{where.name} is not on {ends.src.name} as this computer remembers",
+            hint=f"lnk box run {where.place} -- agent list",
+        )
+    return st
 
 
 def _follow(

@@ -203,3 +203,25 @@ def test_a_destination_without_the_agents_harness(world: World) -> None:
     world.ok("agent", "move", "--agent", AGENT, "--to", "b1")
     assert world.has_settings("b1") and not world.has_settings(HERE)
     assert world.lnk("agent", "status", "--agent", AGENT, "--json").code == 0, agent_id
+
+
+def test_another_agent_of_that_name_at_the_source_is_refused_and_nothing_lingers(
+    world: World,
+) -> None:
+    """The source's status is asked beside the destination's prepare: when another agent
+    of that name answers there, the move is refused naming it, the receiver the prepare
+    made is abandoned, and the journal is empty."""
+    agent_id = make_agent(world)
+    world.ok("agent", "move", "--agent", AGENT, "--to", "b1", "--no-start")
+    box = {"HOME": str(world.boxes["b1"])}
+    world.ok("agent", "remove", AGENT, "--yes", "--files", "delete", env=box)
+    other = world.ok("agent", "create", AGENT, "--json", env=box).json()["id"]
+    assert other != agent_id
+    r = world.lnk("agent", "move", "--agent", AGENT, "--here")
+    assert r.code != 0 and r.err.count("lnk: error:") == 1, r.err
+    assert f"{AGENT} is not on box b1 as this computer remembers" in r.err, r.err
+    assert "lnk: hint: lnk box run b1 -- agent list" in r.err, r.err
+    assert not list((world.here / ".lnk" / "receivers").glob("rcv-*"))
+    assert world.journal_empty()
+    st = world.status("b1")
+    assert st is not None and st["id"] == other
