@@ -141,6 +141,10 @@ def tree_digests(
 
 
 Note = Callable[[list[tuple[str, str, str]]], None]  # (sha256, source, rel) of files
+CacheRows = Callable[[str, str, list[str]], bool]
+"""``rows(folder, its path, names)``: the cache's row of each of the folder's files named
+(none empty) taken into the index as ``Note``'s; False, and nothing taken, if a row is
+missing."""
 
 
 def keeper(
@@ -173,7 +177,7 @@ def keeper(
 
 
 def index_tree(
-    root: Path, cache: HashCache, snap_dir: Path, note: Note
+    root: Path, cache: HashCache, snap_dir: Path, note: Note, rows: CacheRows
 ) -> tuple[dict[str, str], dict[str, int]]:
     """:func:`tree_digests` for a receiver's index of its base: every file's content
     digest is known (read and hashed where the cache does not vouch for it, a SQLite
@@ -183,8 +187,9 @@ def index_tree(
 
     A file of a folder the cache remembers comes from its cache row, without
     ``cache.lookup`` (a kept folder's cache notes changes there: none can be where
-    every stat is as when the folder was remembered, before the agent left)."""
-    return _tree(root, Indexed(cache, snap_dir, note))
+    every stat is as when the folder was remembered, before the agent left): ``rows``
+    takes those (in SQL, not one a file here)."""
+    return _tree(root, Indexed(cache, snap_dir, note, rows))
 
 
 class Files:
@@ -210,9 +215,9 @@ class Files:
 
 
 class Indexed(Files):
-    def __init__(self, cache: HashCache, snap_dir: Path, note: Note) -> None:
+    def __init__(self, cache: HashCache, snap_dir: Path, note: Note, rows: CacheRows) -> None:
         super().__init__(cache)
-        self.snap_dir, self.note = snap_dir, note
+        self.snap_dir, self.note, self.rows = snap_dir, note, rows
         self.stats = WalkStats()
         self.groups: dict[tuple[int, int, bool], int] = {}
 
@@ -229,26 +234,20 @@ class Indexed(Files):
         return f.sha256 or (EMPTY_SHA if f.size == 0 else "")
 
     def remembered(self, fr: _Dir, names: set[str]) -> bool:
-        # the folder's cache rows, read (not through the cache's lookup, which a kept
-        # folder's overrides to note changes).  Not compared with the stats again: the
-        # folder's fingerprint is every entry's lstat as when it was remembered, and then
-        # each file's row was that lstat's (a row written since is of another lstat, so
-        # of another fingerprint)
-        cached = self.cache.rows_of(fr.rel)
-        rows: list[tuple[str, str, str]] = []
+        # the folder's cache rows, taken as they are (not through the cache's lookup,
+        # which a kept folder's overrides to note changes).  Not compared with the stats
+        # again: the folder's fingerprint is every entry's lstat as when it was
+        # remembered, and then each file's row was that lstat's (a row written since is
+        # of another lstat, so of another fingerprint)
         path, rel = fr.path, fr.rel
+        full: list[str] = []
+        empty: list[str] = []
         for name, st, sub in fr.seen:
-            if sub is not None or not stat.S_ISREG(st.st_mode) or sidecar(name, names):
-                continue
-            row = cached.get(name)
-            if row is not None:
-                sha = row[4]
-            elif st.st_size == 0:
-                sha = EMPTY_SHA
-            else:
-                return False  # its row is gone: the folder is read as if not remembered
-            rows.append((sha, f"{path}/{name}", f"{rel}/{name}"))
-        self.note(rows)
+            if sub is None and stat.S_ISREG(st.st_mode) and not sidecar(name, names):
+                (full if st.st_size else empty).append(name)
+        if not self.rows(rel, path, full):
+            return False  # a row is gone: the folder is read as if not remembered
+        self.note([(EMPTY_SHA, f"{path}/{n}", f"{rel}/{n}") for n in empty])
         return True
 
 

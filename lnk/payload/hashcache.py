@@ -68,10 +68,6 @@ class HashCache(CacheDB):
             self._dirs[d] = rows
         return rows
 
-    def rows_of(self, d: str) -> dict[str, tuple[int, int, int, int, str]]:
-        """The folder ``d``'s rows: name -> (size, mtime, ctime, inode, SHA-256)."""
-        return self._folder(d)
-
     def remembered(self, rel: str) -> str | None:
         """The SHA-256 remembered for ``rel``, whatever its stat is now."""
         d, _, name = rel.rpartition("/")

@@ -15,6 +15,7 @@ so an unchanged agent's inventory reads a few rows, not one a file.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -42,6 +43,8 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
     try:
         con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
         con.execute("CREATE TABLE IF NOT EXISTS d (rel TEXT PRIMARY KEY, digest TEXT, n INT)")
+        con.execute("ATTACH DATABASE ? AS k", (str(cache_path),))  # (read: _CacheRows)
+        con.execute("BEGIN")  # one transaction: a folder's rows are a savepoint in it
         snap = r.dir / "snapshots"
         snap.mkdir(exist_ok=True)
         files: list[tuple[str, str, str]] = []
@@ -52,7 +55,7 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
                 con.executemany("INSERT INTO c VALUES (?,?,?)", files)
                 files.clear()
 
-        digests, counts = index_tree(agent_root, cache, snap, note)
+        digests, counts = index_tree(agent_root, cache, snap, note, _CacheRows(con))
         con.executemany("INSERT INTO c VALUES (?,?,?)", files)
         folders = sizes_of(digests)  # the folders with a digest inside each
         con.executemany(
@@ -68,6 +71,32 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
     finally:
         cache.close()
         con.close()
+
+
+class _CacheRows:
+    """A remembered folder's files into the index straight from the hash cache's rows
+    (attached as ``k``), one statement a folder: ``digests.CacheRows``."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def __call__(self, rel: str, path: str, names: list[str]) -> bool:
+        if not names:
+            return True
+        con = self.con
+        try:
+            con.execute("SAVEPOINT folder")
+            taken = con.execute(
+                "INSERT INTO c SELECT sha, ? || name, ? || name FROM k.h2 "
+                "WHERE dir = ? AND name IN (SELECT value FROM json_each(?))",
+                (path + "/", rel + "/", rel, json.dumps(names)),
+            ).rowcount
+            if taken != len(names):  # (one row a name at most: the cache's key)
+                con.execute("ROLLBACK TO folder")
+            con.execute("RELEASE folder")
+        except sqlite3.OperationalError:  # a cache without rows, or locked: read it
+            return False
+        return taken == len(names)
 
 
 def _staged(r: Receiver) -> Iterator[str]:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from lnk.payload import digests as D
 from lnk.payload.digests import index_tree, regular_files, tree_digests
+from lnk.payload.local_index import _CacheRows
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkStats, walk_agent
 
@@ -310,15 +311,32 @@ def walked_index(root: Path, cache: HashCache, snap: Path) -> Index:
     return sorted(rows), digests
 
 
-def indexed(root: Path, cache: HashCache, snap: Path) -> Index:
+def indexed(root: Path, cache_path: Path, snap: Path, cache: HashCache | None = None) -> Index:
+    """A receiver's index of ``root`` as a prepare makes it (``index_local``'s calls): the
+    cache at ``cache_path`` opened for it (or ``cache``, on that file) and closed after, as
+    each prepare's is; the rows of the folders it remembers taken in SQL (``_CacheRows``)."""
     rows: list[tuple[str, str, str]] = []
 
     def note(files: list[tuple[str, str, str]]) -> None:
         for sha, source, rel in files:
             rows.append((sha, "" if source.startswith(str(snap)) else source, rel))
 
-    digests = index_tree(root, cache, snap, note)[0]
+    cache = cache or HashCache(cache_path)
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute("CREATE TABLE c (sha TEXT, path TEXT, rel TEXT)")
+        con.execute("ATTACH DATABASE ? AS k", (str(cache_path),))
+        con.execute("BEGIN")
+        digests = index_tree(root, cache, snap, note, _CacheRows(con))[0]
+        indexed.from_cache = con.execute("SELECT COUNT(*) FROM c").fetchone()[0]
+        rows.extend(con.execute("SELECT sha, path, rel FROM c"))
+    finally:
+        con.close()
+        cache.close()
     return sorted(rows), digests
+
+
+indexed.from_cache = 0  # how many files the last index took from the cache's rows in SQL
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -330,29 +348,42 @@ def test_a_receivers_index_is_the_walks_cold_and_remembered(
     build(root, spec)
     snap = root.parent / f"{root.name}-snap"
     snap.mkdir()
-    caches = [HashCache(root.parent / f"{root.name}-{n}.sqlite") for n in (1, 2)]
+    cache = HashCache(root.parent / f"{root.name}-1.sqlite")
     try:
-        want = walked_index(root, caches[0], snap)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(D, "RACY_NS", -(10**18))
-            assert indexed(root, caches[1], snap) == want  # cold: hashes, remembers
-            assert indexed(root, caches[1], snap) == want  # from the remembered folders
+        want = walked_index(root, cache, snap)
     finally:
-        for c in caches:
-            c.close()
+        cache.close()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(D, "RACY_NS", -(10**18))
+        path = root.parent / f"{root.name}-2.sqlite"
+        assert indexed(root, path, snap) == want  # cold: hashes, remembers
+        assert indexed.from_cache == 0
+        assert indexed(root, path, snap) == want  # from the remembered folders
 
 
 def test_an_index_from_remembered_folders_hashes_nothing(tmp_path: Path, not_racy: None) -> None:
     root = tmp_path / "agent"
     tree(root)
-    cache = Lookups(tmp_path / "h.sqlite")
+    write(root / "Home" / "two" / "p.txt", b"p")
+    write(root / "Home" / "two" / "q.txt", b"q")
+    path = tmp_path / "h.sqlite"
     snap = tmp_path / "snap"
     snap.mkdir()
-    want = indexed(root, cache, snap)
-    cache.asked = 0
-    assert indexed(root, cache, snap) == want
+    want = indexed(root, path, snap)
+    assert indexed.from_cache == 0
+    cache = Lookups(path)
+    assert indexed(root, path, snap, cache) == want
     assert cache.asked == 0  # no lookup through the cache's own rule (a kept folder's notes)
-    assert len(want[0]) == 6 and want[1]["Home"]
+    assert len(want[0]) == 8 and want[1]["Home"]
+    assert indexed.from_cache == 7  # all but the empty file, which needs no row
+    # a row gone from the cache: its folder is read again, none of its rows half taken
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM h2 WHERE dir = 'Home/two' AND name = 'q.txt'")
+    con.commit()
+    con.close()
+    cache = Lookups(path)
+    assert indexed(root, path, snap, cache) == want
+    assert cache.asked == 2 and indexed.from_cache == 5
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
