@@ -43,7 +43,7 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
     try:
         con.execute("CREATE TABLE IF NOT EXISTS c (sha TEXT, path TEXT, rel TEXT)")
         con.execute("CREATE TABLE IF NOT EXISTS d (rel TEXT PRIMARY KEY, digest TEXT, n INT)")
-        con.execute("ATTACH DATABASE ? AS k", (str(cache_path),))  # (read: _CacheRows)
+        con.execute("ATTACH DATABASE ? AS k", (str(cache_path),))  # (read: RowsFromCache)
         con.execute("BEGIN")  # one transaction: a folder's rows are a savepoint in it
         snap = r.dir / "snapshots"
         snap.mkdir(exist_ok=True)
@@ -55,7 +55,7 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
                 con.executemany("INSERT INTO c VALUES (?,?,?)", files)
                 files.clear()
 
-        digests, counts = index_tree(agent_root, cache, snap, note, _CacheRows(con))
+        digests, counts = index_tree(agent_root, cache, snap, note, RowsFromCache(con))
         con.executemany("INSERT INTO c VALUES (?,?,?)", files)
         folders = sizes_of(digests)  # the folders with a digest inside each
         con.executemany(
@@ -73,7 +73,7 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
         con.close()
 
 
-class _CacheRows:
+class RowsFromCache:
     """A remembered folder's files into the index straight from the hash cache's rows
     (attached as ``k``), one statement a folder: ``digests.CacheRows``."""
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from lnk.payload import digests as D
 from lnk.payload.digests import index_tree, regular_files, tree_digests
-from lnk.payload.local_index import _CacheRows
 from lnk.payload.hashcache import HashCache
+from lnk.payload.local_index import RowsFromCache
 from lnk.payload.walk import WalkStats, walk_agent
 
 OLD_NS = 1_600_000_000 * 10**9
@@ -314,7 +314,7 @@ def walked_index(root: Path, cache: HashCache, snap: Path) -> Index:
 def indexed(root: Path, cache_path: Path, snap: Path, cache: HashCache | None = None) -> Index:
     """A receiver's index of ``root`` as a prepare makes it (``index_local``'s calls): the
     cache at ``cache_path`` opened for it (or ``cache``, on that file) and closed after, as
-    each prepare's is; the rows of the folders it remembers taken in SQL (``_CacheRows``)."""
+    each prepare's is; the rows of the folders it remembers taken in SQL (``RowsFromCache``)."""
     rows: list[tuple[str, str, str]] = []
 
     def note(files: list[tuple[str, str, str]]) -> None:
@@ -327,7 +327,7 @@ def indexed(root: Path, cache_path: Path, snap: Path, cache: HashCache | None = 
         con.execute("CREATE TABLE c (sha TEXT, path TEXT, rel TEXT)")
         con.execute("ATTACH DATABASE ? AS k", (str(cache_path),))
         con.execute("BEGIN")
-        digests = index_tree(root, cache, snap, note, _CacheRows(con))[0]
+        digests = index_tree(root, cache, snap, note, RowsFromCache(con))[0]
         indexed.from_cache = con.execute("SELECT COUNT(*) FROM c").fetchone()[0]
         rows.extend(con.execute("SELECT sha, path, rel FROM c"))
     finally:
