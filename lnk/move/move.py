@@ -152,18 +152,20 @@ def _move(
     word = ready.mover_model(machine, where, choice)
     early: steps.EarlyDigests | None = None
     spare: IO[bytes] | None = None  # the bulk's inventory, for the final if it serves
-    questions = ThreadPoolExecutor(4, "lnk-move-ask")
+    questions = ThreadPoolExecutor(5, "lnk-move-ask")
+    preparing: Future[Prepared] | None = None
     try:
-        # the agent's status at the source, its walk (the sender's digests) and the small
-        # questions there, all beside the prepare at the destination (its walk of what it
-        # holds is the longest step before the bulk)
+        # the prepare at the destination first (its walk of what it holds is the longest
+        # step before the bulk), then beside it the agent's status at the source, its
+        # walk (the sender's digests) and the small questions there
+        preparing = questions.submit(
+            steps.prepare, machine, ends.dst, name, where.id, where.here, ready.model_args(word)
+        )
         asked_status = questions.submit(steps.status, ends.src, name)
         early = steps.EarlyDigests(ends.src, name)
         asked = ready.ask_source(questions, ends, where)
         try:
-            prep = steps.prepare(
-                machine, ends.dst, name, where.id, where.here, ready.model_args(word)
-            )
+            prep = preparing.result()
         except BaseException:
             _at_source(asked_status, where, ends)  # the source's word first, if it fails
             raise
@@ -191,6 +193,7 @@ def _move(
         fault("move:after-bulk")
     except BaseException as err:
         questions.shutdown()  # the questions end before their connection may
+        _note_receiver(e, preparing)
         if early is not None:
             early.close()
         if spare is not None:
@@ -212,6 +215,16 @@ def _move(
             raise _as_lnk(err) from err
     result["schedule"] = _follow(ends, e, schedule, backup_schedule, to, say)
     return result
+
+
+def _note_receiver(e: Entry, preparing: Future[Prepared] | None) -> None:
+    """A move that failed while its prepare ran beside: the receiver it made, if it made
+    one, goes in the entry, so it is abandoned with the rest."""
+    if e.receiver or preparing is None or not preparing.done() or preparing.cancelled():
+        return
+    if preparing.exception() is not None:
+        return
+    e.set(receiver=preparing.result().receiver)
 
 
 def _at_source(asked: Future[Status], where: Whereabouts, ends: Ends) -> Status:

@@ -103,3 +103,34 @@ def test_an_entry_with_an_unknown_phase_is_not_loaded(home: Path) -> None:
     data["phase"] = "teleported"
     e.path.write_text(json.dumps(data))
     assert journal.entries(Machine(home)) == []
+
+
+def test_a_move_that_fails_beside_its_prepare_notes_the_receiver_made(home: Path) -> None:
+    """The prepare runs beside the source's questions: when the move fails before it took
+    the prepare's answer, the receiver made (and only one made) goes in the entry, so
+    it is abandoned with the rest."""
+    from concurrent.futures import Future
+
+    from lnk.move.move import _note_receiver
+    from lnk.protocol import Prepared
+
+    made = Prepared("rcv-0123456789abcdef", "lnkpk1...", 4, 12, True)
+    done: Future[Prepared] = Future()
+    done.set_result(made)
+    failed: Future[Prepared] = Future()
+    failed.set_exception(OSError("the box went away"))
+    cancelled: Future[Prepared] = Future()
+    cancelled.cancel()
+    running: Future[Prepared] = Future()
+    cases = [
+        (None, None),
+        (running, None),
+        (cancelled, None),
+        (failed, None),
+        (done, made.receiver),
+    ]
+    for preparing, noted in cases:
+        e = _entry(home)
+        _note_receiver(e, preparing)
+        assert json.loads(e.path.read_text())["receiver"] == noted  # type: ignore[union-attr]
+        e.remove()
