@@ -347,12 +347,13 @@ class Runner:
             self.write_exit(e.exit_code, e.message)
             return e.exit_code
         assert self.proc is not None
-        while not self.stopping.is_set():
-            try:
-                code = self.proc.wait(timeout=0.1)
-            except subprocess.TimeoutExpired:
-                if not self.stopping.is_set():
-                    self.bridge.check()
+        # woken at once by a stop (the signals' thread sets it), else every 0.1 s to see
+        # whether the harness and the bridge still run (not Popen.wait's own polling,
+        # which slept on past a stop)
+        while not self.stopping.wait(timeout=0.1):
+            code = self.proc.poll()
+            if code is None:
+                self.bridge.check()
                 continue
             if self.stopping.is_set():
                 break

@@ -165,6 +165,7 @@ def _why_not_started(agent: Agent) -> str:
 
 def _wait_answering(agent: Agent) -> Status:
     deadline = time.monotonic() + START_DEADLINE_S
+    pause = 0.01  # (a move's pause ends with this: asked often at first)
     while time.monotonic() < deadline:
         st = status(agent)
         if st.running:
@@ -174,7 +175,8 @@ def _wait_answering(agent: Agent) -> Status:
                 f"{agent.name}'s harness stopped as it started: {_why_not_started(agent)}",
                 hint=f"see lnk agent logs --agent {agent.name}",
             )
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
     stop(agent)
     raise AgentNotRunning(
         f"{agent.name}'s harness did not answer within {START_DEADLINE_S:.0f} s, so it was stopped",
@@ -193,8 +195,10 @@ def stop(agent: Agent, timeout: float = 150.0) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
+    pause = 0.005  # (a move's pause waits on this: looked at often at first)
     while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
     if pid_alive(pid):
         os.killpg(pid, signal.SIGKILL) if _is_group_leader(pid) else os.kill(pid, signal.SIGKILL)
     kill_stray(agent.runtime, agent.id)  # stopped by its runner; one left behind goes now
