@@ -84,18 +84,18 @@ class RowsFromCache:
         if not names:
             return True
         con = self.con
+        con.execute("SAVEPOINT folder")
         try:
-            con.execute("SAVEPOINT folder")
             taken = con.execute(
                 "INSERT INTO c SELECT sha, ? || name, ? || name FROM k.h2 "
                 "WHERE dir = ? AND name IN (SELECT value FROM json_each(?))",
                 (path + "/", rel + "/", rel, json.dumps(names)),
             ).rowcount
-            if taken != len(names):  # (one row a name at most: the cache's key)
-                con.execute("ROLLBACK TO folder")
-            con.execute("RELEASE folder")
-        except sqlite3.OperationalError:  # a cache without rows, or locked: read it
-            return False
+        except sqlite3.DatabaseError:  # a cache without rows, locked or damaged: read it
+            taken = -1
+        if taken != len(names):  # (one row a name at most: the cache's key)
+            con.execute("ROLLBACK TO folder")
+        con.execute("RELEASE folder")
         return taken == len(names)
 
 

@@ -403,3 +403,19 @@ def test_the_regular_files_are_the_walks(
         if f.kind == "f" and f.st is not None
     )
     assert sorted((rel, st.st_ino) for rel, st in regular_files(root)) == want
+
+
+def test_rows_from_a_cache_without_them_take_nothing(tmp_path: Path) -> None:
+    """A cache file without its rows' table (or one that can't be read): the folder is
+    read instead (False), nothing is taken, and the index's transaction goes on."""
+    sqlite3.connect(tmp_path / "other.sqlite").execute("CREATE TABLE t (x)").connection.close()
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE c (sha TEXT, path TEXT, rel TEXT)")
+    con.execute("ATTACH DATABASE ? AS k", (str(tmp_path / "other.sqlite"),))
+    con.execute("BEGIN")
+    rows = RowsFromCache(con)
+    assert rows("Home", "/x/Home", ["a.txt"]) is False
+    assert rows("Home", "/x/Home", []) is True  # nothing to take
+    con.execute("INSERT INTO c VALUES ('s', 'p', 'r')")
+    con.commit()
+    assert con.execute("SELECT rel FROM c").fetchall() == [("r",)]
