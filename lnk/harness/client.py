@@ -57,6 +57,10 @@ def _read_json(resp: http.client.HTTPResponse) -> Any:
     raw = resp.read(MAX_ANSWER + 1)
     if len(raw) > MAX_ANSWER:
         raise TransportError("the agent's answer is too large")
+    if resp.length:  # (a read of so many bytes returns what came: it says nothing itself)
+        # fewer bytes than its length said: the connection broke in the middle of the
+        # answer (an endpoint stopping as it answered), not something else answering
+        raise http.client.IncompleteRead(raw, resp.length)
     return json.loads(raw)
 
 

@@ -160,6 +160,31 @@ def test_impostor_on_the_port_never_gets_the_key(impostor: Any) -> None:
         assert base64.b64encode(key).decode() not in json.dumps(headers)
 
 
+def test_an_answer_cut_short_is_an_endpoint_gone_not_an_impostor() -> None:
+    """An endpoint that stops in the middle of its proof's answer (its length says more
+    than comes before the connection closes) is not running, not something else on the
+    port: a message sent during a move's pause is then held, not refused."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def answer_half() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n" + b'{"proof": "')
+
+    t = threading.Thread(target=answer_half, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(AgentNotRunning, match="the connection failed"):
+            client.send_message(port, os.urandom(32), "link:main", "hi", timeout=10)
+    finally:
+        t.join(timeout=10)
+        listener.close()
+
+
 def test_nothing_on_the_port_is_not_running() -> None:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
