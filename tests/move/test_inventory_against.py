@@ -183,6 +183,9 @@ def test_a_move_back_leaves_b1_with_the_note_its_final_send_made(
     con = sqlite3.connect(cache)
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        rows = con.execute("SELECT COUNT(*) FROM h2").fetchone()[0]
     finally:
         con.close()
     assert "h2" in tables and not tables & {"left", "left_dirs", "sent_dirs", "sent_by"}
+    assert rows >= 2 * PER_FOLDER  # the kept folder's rows came with it
+    assert not kept.exists()  # (its cache taken, the rest gone at the commit)

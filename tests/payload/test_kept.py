@@ -151,3 +151,68 @@ def test_the_left_stats_are_read_a_folder_at_a_time_and_tell_each_change(
     finally:
         rec.close()
     assert sorted(rec.changed) == ["Home/a-x/f", "Home/a/sub/new"]
+
+
+def _cache_with(path: Path, rows: list[str], keep_open: bool = False) -> object:
+    """A hash cache file with a row for each name (in ``h2``) and a kept folder's note;
+    with ``keep_open``, its connection is returned open (its write-ahead log beside it)."""
+    import sqlite3
+
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")  # (what is written stays in the log)
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
+        "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID"
+    )
+    con.execute("CREATE TABLE IF NOT EXISTS left (rel TEXT PRIMARY KEY) WITHOUT ROWID")
+    for name in rows:
+        con.execute("INSERT INTO h2 VALUES ('Home', ?, 1, 1, 1, 1, ?)", (name, "ab" * 32))
+    if keep_open:
+        return con
+    con.close()
+    return None
+
+
+def _names(path: Path) -> tuple[list[str], set[str]]:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        names = [r[0] for r in con.execute("SELECT name FROM h2 ORDER BY name")]
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        con.close()
+    return names, tables
+
+
+def test_the_kept_folders_cache_becomes_the_agents(tmp_path: Path) -> None:
+    """At a move back's commit the kept folder's cache is renamed into the agent's place
+    (no copy in the pause), its notes dropped; a write-ahead log left beside it is read
+    through SQLite (a copy), and a stale log at the agent's place is never taken for
+    the cache's own."""
+    from lnk.payload.receive import _take_cache
+
+    (tmp_path / "kept").mkdir()
+    src, dst = tmp_path / "kept" / ".lnk-hashes.sqlite", tmp_path / "rt" / "hashes.sqlite"
+    _cache_with(src, ["a", "b"])
+    # a stale log where the agent's cache goes: another database's frames
+    dst.parent.mkdir()
+    other = _cache_with(dst, ["x", "y", "z"], keep_open=True)
+    stale = Path(f"{dst}-wal").read_bytes()
+    assert stale
+    other.close()  # type: ignore[attr-defined]
+    Path(f"{dst}-wal").write_bytes(stale)
+    _take_cache(src, dst)
+    assert not src.exists()
+    assert _names(dst) == (["a", "b"], {"h2"})
+    # a log left beside the kept cache: what it holds comes along, through SQLite
+    src2, dst2 = tmp_path / "kept" / "second.sqlite", tmp_path / "rt" / "second.sqlite"
+    open_con = _cache_with(src2, ["c", "d", "e"], keep_open=True)
+    try:
+        assert Path(f"{src2}-wal").stat().st_size > 0
+        _take_cache(src2, dst2)
+    finally:
+        open_con.close()  # type: ignore[attr-defined]
+    assert _names(dst2) == (["c", "d", "e"], {"h2"})
