@@ -5,11 +5,7 @@
 - :mod:`lnk.bridges.client`: :func:`call`, one proved call to a bridge.
 
 See ``docs/bridges.md`` for the protocol.
+
+(Nothing is imported here: the harness and the runner take the proof alone, without
+the server's asyncio, as each agent start waits on both.)
 """
-
-from __future__ import annotations
-
-from lnk.bridges.client import call
-from lnk.bridges.server import BridgeServer, Call
-
-__all__ = ["BridgeServer", "Call", "call"]
