@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from pathlib import Path
 
 from payload_helpers import (
@@ -20,6 +21,7 @@ from payload_helpers import (
 from lnk.agents.layout import Machine
 from lnk.move.moved import leave
 from lnk.payload.kept import ChangeRecorder, record_left
+from lnk.payload.receive import _take_cache
 from lnk.payload.walk import WalkStats, walk_agent
 
 OLD = 1_600_000_000_000_000_000
@@ -153,11 +155,9 @@ def test_the_left_stats_are_read_a_folder_at_a_time_and_tell_each_change(
     assert sorted(rec.changed) == ["Home/a-x/f", "Home/a/sub/new"]
 
 
-def _cache_with(path: Path, rows: list[str], keep_open: bool = False) -> object:
+def _cache_with(path: Path, rows: list[str], keep_open: bool = False) -> sqlite3.Connection | None:
     """A hash cache file with a row for each name (in ``h2``) and a kept folder's note;
     with ``keep_open``, its connection is returned open (its write-ahead log beside it)."""
-    import sqlite3
-
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA wal_autocheckpoint=0")  # (what is written stays in the log)
@@ -175,8 +175,6 @@ def _cache_with(path: Path, rows: list[str], keep_open: bool = False) -> object:
 
 
 def _names(path: Path) -> tuple[list[str], set[str]]:
-    import sqlite3
-
     con = sqlite3.connect(path)
     try:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -192,17 +190,16 @@ def test_the_kept_folders_cache_becomes_the_agents(tmp_path: Path) -> None:
     (no copy in the pause), its notes dropped; a write-ahead log left beside it is read
     through SQLite (a copy), and a stale log at the agent's place is never taken for
     the cache's own."""
-    from lnk.payload.receive import _take_cache
-
     (tmp_path / "kept").mkdir()
     src, dst = tmp_path / "kept" / ".lnk-hashes.sqlite", tmp_path / "rt" / "hashes.sqlite"
     _cache_with(src, ["a", "b"])
     # a stale log where the agent's cache goes: another database's frames
     dst.parent.mkdir()
     other = _cache_with(dst, ["x", "y", "z"], keep_open=True)
+    assert other is not None
     stale = Path(f"{dst}-wal").read_bytes()
     assert stale
-    other.close()  # type: ignore[attr-defined]
+    other.close()
     Path(f"{dst}-wal").write_bytes(stale)
     _take_cache(src, dst)
     assert not src.exists()
@@ -210,9 +207,10 @@ def test_the_kept_folders_cache_becomes_the_agents(tmp_path: Path) -> None:
     # a log left beside the kept cache: what it holds comes along, through SQLite
     src2, dst2 = tmp_path / "kept" / "second.sqlite", tmp_path / "rt" / "second.sqlite"
     open_con = _cache_with(src2, ["c", "d", "e"], keep_open=True)
+    assert open_con is not None
     try:
         assert Path(f"{src2}-wal").stat().st_size > 0
         _take_cache(src2, dst2)
     finally:
-        open_con.close()  # type: ignore[attr-defined]
+        open_con.close()
     assert _names(dst2) == (["c", "d", "e"], {"h2"})
