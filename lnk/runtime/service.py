@@ -164,8 +164,8 @@ def _why_not_started(agent: Agent) -> str:
 
 
 def _wait_answering(agent: Agent) -> Status:
-    deadline = time.monotonic() + START_DEADLINE_S
-    pause = 0.01  # (a move's pause ends with this: asked often at first)
+    began = time.monotonic()
+    deadline = began + START_DEADLINE_S
     while time.monotonic() < deadline:
         st = status(agent)
         if st.running:
@@ -175,8 +175,9 @@ def _wait_answering(agent: Agent) -> Status:
                 f"{agent.name}'s harness stopped as it started: {_why_not_started(agent)}",
                 hint=f"see lnk agent logs --agent {agent.name}",
             )
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+        # (a move's pause ends with this: asked every 10 ms while a start usually takes,
+        # each ask a file read and at most a refused connection)
+        time.sleep(0.01 if time.monotonic() - began < 2.0 else 0.05)
     stop(agent)
     raise AgentNotRunning(
         f"{agent.name}'s harness did not answer within {START_DEADLINE_S:.0f} s, so it was stopped",
