@@ -8,7 +8,6 @@ per move (:class:`Ends`), never rebuilt from a place's name here.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -188,9 +187,6 @@ def phase(ends: Ends, name: str, prep: Prepared, which: str, inv: IO[bytes]) -> 
     send = ["agent", "state-send", "--agent", name, "--to", prep.public_key, "--phase", which]
     recv = ["agent", "state-receive", "--receiver", prep.receiver, "--json"]
     with inv:
-        # the child reads the descriptor from its own offset, not from this file's buffer
-        # (a seek back within what was buffered moves only the buffer's)
-        os.lseek(inv.fileno(), inv.tell(), os.SEEK_SET)
         a, b = _piped(ends, [*send, "--inventory", "-"], recv, stdin=inv)
         try:
             with a, b:

@@ -34,6 +34,15 @@ class Place(Protocol):
     def launch_failed(self, program: str) -> LnkError: ...
 
 
+def _at_its_position(f: IO[Any] | int | None) -> None:
+    """A file handed to a command by its descriptor is read from the descriptor's offset,
+    not from this file object's position: set there (a file read or sought within what
+    Python buffered has its descriptor elsewhere, at the buffer's end)."""
+    if f is None or isinstance(f, int) or not f.seekable():
+        return
+    os.lseek(f.fileno(), f.tell(), os.SEEK_SET)
+
+
 class LegProcess:
     """A running command at a leg: ``stdin``/``stdout`` as given, stderr kept.
 
@@ -52,6 +61,7 @@ class LegProcess:
     ) -> None:
         self.leg = leg
         self.args = args
+        _at_its_position(stdin)
         self._errfile = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         try:
             self.proc = subprocess.Popen(
