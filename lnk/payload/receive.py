@@ -31,6 +31,7 @@ from lnk.payload.bulk_base import keep_as_base
 from lnk.payload.placed import remember_placed
 from lnk.payload.receivers import Receiver, open_receiver, prepare
 from lnk.payload.staging import Stage, disk_full
+from lnk.payload.walk import SQLITE_SIDECARS
 
 
 @dataclass
@@ -360,12 +361,12 @@ def _adopt_hashes(r: Any, cache_path: Path, agent_root: Path) -> None:
 def _take_cache(src: Path, dst: Path) -> None:
     """The kept folder's cache becomes the agent's: renamed into place (the kept folder
     goes at this very commit; a copy cost the pause 0.06 s at 100,000 files), copied
-    through SQLite where a write-ahead log was left beside it or across file systems;
+    through SQLite where a log or a journal was left beside it, or across file systems;
     the kept folder's own notes dropped."""
     dst.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for side in ("-wal", "-shm"):  # (another file's log would be read as this one's)
+    for side in SQLITE_SIDECARS:  # (another file's log or journal would be read as its own)
         Path(f"{dst}{side}").unlink(missing_ok=True)
-    if Path(f"{src}-wal").exists():
+    if any(Path(f"{src}{side}").exists() for side in ("-wal", "-journal")):
         _copy_cache(src, dst)
     else:
         try:
@@ -381,7 +382,8 @@ def _take_cache(src: Path, dst: Path) -> None:
 
 
 def _copy_cache(src: Path, dst: Path) -> None:
-    a = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    # (read-write: a journal left beside it is rolled back first; the file goes anyway)
+    a = sqlite3.connect(src)
     try:
         b = sqlite3.connect(dst)
         try:

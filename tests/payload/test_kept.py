@@ -214,3 +214,41 @@ def test_the_kept_folders_cache_becomes_the_agents(tmp_path: Path) -> None:
     finally:
         open_con.close()
     assert _names(dst2) == (["c", "d", "e"], {"h2"})
+
+
+def _journal_of(path: Path, rows: list[str]) -> bytes:
+    """A rollback journal of the database at ``path`` (made with ``rows``): what a writer
+    that stopped in the middle of a transaction leaves beside it."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=DELETE")
+    con.execute("CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, sha TEXT)")
+    for name in rows:
+        con.execute("INSERT INTO h2 VALUES ('Home', ?, ?)", (name, "ab" * 32))
+    con.execute("BEGIN")
+    con.execute("DELETE FROM h2")
+    journal = Path(f"{path}-journal").read_bytes()
+    con.execute("ROLLBACK")
+    con.close()
+    assert journal
+    return journal
+
+
+def test_a_journal_beside_either_cache_is_never_taken_for_the_others(tmp_path: Path) -> None:
+    """A rollback journal left at the agent's place (another database's) is removed, not
+    rolled back into the kept cache renamed there; one left beside the kept cache is
+    rolled back into it through SQLite (a copy), not left behind by a rename."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "rt").mkdir()
+    src, dst = tmp_path / "kept" / ".lnk-hashes.sqlite", tmp_path / "rt" / "hashes.sqlite"
+    _cache_with(src, ["a", "b"])
+    Path(f"{dst}-journal").write_bytes(_journal_of(dst, ["x", "y", "z"]))
+    dst.unlink()  # (only its journal stays)
+    _take_cache(src, dst)
+    assert not src.exists() and not Path(f"{dst}-journal").exists()
+    assert _names(dst)[0] == ["a", "b"]
+    src2, dst2 = tmp_path / "kept" / "second.sqlite", tmp_path / "rt" / "second.sqlite"
+    journal = _journal_of(src2, ["c", "d"])
+    Path(f"{src2}-journal").write_bytes(journal)
+    _take_cache(src2, dst2)
+    assert src2.exists()  # copied, not renamed away from its journal
+    assert _names(dst2)[0] == ["c", "d"]
