@@ -86,14 +86,16 @@ class RowsFromCache:
         con = self.con
         con.execute("SAVEPOINT folder")
         try:
+            # one row a name, whatever the file holds (it lies in a person's folder: a
+            # table without its key may hold two for one name and none for another)
             taken = con.execute(
-                "INSERT INTO c SELECT sha, ? || name, ? || name FROM k.h2 "
-                "WHERE dir = ? AND name IN (SELECT value FROM json_each(?))",
+                "INSERT INTO c SELECT MIN(sha), ? || name, ? || name FROM k.h2 "
+                "WHERE dir = ? AND name IN (SELECT value FROM json_each(?)) GROUP BY name",
                 (path + "/", rel + "/", rel, json.dumps(names)),
             ).rowcount
         except sqlite3.DatabaseError:  # a cache without rows, locked or damaged: read it
             taken = -1
-        if taken != len(names):  # (one row a name at most: the cache's key)
+        if taken != len(names):
             con.execute("ROLLBACK TO folder")
         con.execute("RELEASE folder")
         return taken == len(names)

@@ -419,3 +419,28 @@ def test_rows_from_a_cache_without_them_take_nothing(tmp_path: Path) -> None:
     con.execute("INSERT INTO c VALUES ('s', 'p', 'r')")
     con.commit()
     assert con.execute("SELECT rel FROM c").fetchall() == [("r",)]
+
+
+def test_a_tampered_cache_with_two_rows_for_one_name_takes_nothing(tmp_path: Path) -> None:
+    """The kept folder's cache lies in a person's folder: one whose table has no key, two
+    rows for one file and none for its neighbour, must not pass for a row a name (the
+    folder is read instead, its files hashed)."""
+    db = tmp_path / "tampered.sqlite"
+    con = sqlite3.connect(db)
+    con.execute(
+        "CREATE TABLE h2 (dir TEXT, name TEXT, size INT, mtime INT, ctime INT, ino INT, sha TEXT)"
+    )
+    con.executemany(
+        "INSERT INTO h2 VALUES ('Home', 'a.txt', 1, 1, 1, 1, ?)", [("ab" * 32,), ("cd" * 32,)]
+    )
+    con.commit()
+    con.close()
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE c (sha TEXT, path TEXT, rel TEXT)")
+    con.execute("ATTACH DATABASE ? AS k", (str(db),))
+    con.execute("BEGIN")
+    assert RowsFromCache(con)("Home", "/x/Home", ["a.txt", "b.txt"]) is False
+    assert con.execute("SELECT COUNT(*) FROM c").fetchone()[0] == 0
+    # one row a name, though two are there: taken once
+    assert RowsFromCache(con)("Home", "/x/Home", ["a.txt"]) is True
+    assert con.execute("SELECT rel FROM c").fetchall() == [("Home/a.txt",)]
