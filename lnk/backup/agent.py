@@ -97,7 +97,9 @@ def backup_agent(
                 f"lnk bucket label {url}"
             )
     head = agent_head(agent, "full")
-    snap_dir = tempfile.mkdtemp(prefix="lnk-backup-")
+    # (where a database is snapshotted through a hard link: lnk/payload/pinned.py)
+    agent.runtime.mkdir(parents=True, exist_ok=True)
+    snap_dir = tempfile.mkdtemp(prefix="lnk-backup-", dir=agent.runtime)
     cache = HashCache(agent.runtime / "hashes.sqlite")
     chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115

@@ -13,7 +13,6 @@ backup API.  A file changed less than two seconds before its read is not remembe
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -22,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from lnk.backup.filecache import ChunkCache
-from lnk.backup.small_reads import GONE, READ, SmallRead
+from lnk.backup.small_reads import GONE as GONE_READ
+from lnk.backup.small_reads import READ, SmallRead
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.manifest import EMPTY_SHA, file_mode
-from lnk.payload.reading import open_file
-from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, sqlite_snapshot
+from lnk.payload.pinned import GONE, ident, open_file, open_walked, sqlite_snapshot
+from lnk.payload.walk import SQLITE_MAGIC, WalkedFile
 
 
 # never through a link; a fifo swapped in after the walk does not block the open
@@ -112,9 +112,13 @@ class FileSaver:
         """:meth:`file` for one the second process read: ``r``, its answer."""
         self.vouched = False
         if r.status != READ:
-            return None if r.status == GONE else self.file(f)  # OTHER: read here
+            return None if r.status == GONE_READ else self.file(f)  # OTHER: read here
         st = r.st
         assert st is not None
+        if f.st is not None and ident(st) != ident(f.st):
+            # not the file the walk found (replaced, or a folder on its way swapped for
+            # a link): what was read there is dropped, and the file read here, checked
+            return self.file(f)
         size = st.st_size
         chunks = self.w.add_sealed(f"agent/{f.rel}", file_mode(f.mode), size, r.blob_id, r.sealed)
         sha, n, ids = self._remember(f, st, r.t0, r.sha.hex(), size, chunks)
@@ -134,20 +138,24 @@ class FileSaver:
             self.vouched = st.st_mtime_ns == f.mtime_ns and st.st_size == f.size
             return hit[0], st.st_size, b"".join(bytes.fromhex(c) for c in hit[1])
         try:
-            fd = open_file(f.source)  # type: ignore[arg-type]
+            assert f.source is not None
+            if f.snapshot:
+                fd = open_file(f.source)
+                st = os.fstat(fd)
+            else:  # the file the walk found, never through a link on its way (pinned.py)
+                fd, st = open_walked(f.source, f.rel, f.st)
         except OSError as e:
-            if e.errno in (errno.ENOENT, errno.ELOOP):  # gone, or now a link
+            if e.errno in GONE:  # gone, or now a link (or one on its way)
                 return None
             raise
         try:
-            st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None
             t0 = time.time_ns()
             small = st.st_size < self.step
             first = read(fd, st.st_size + 1 if small else self.step)
             if first[:16] == SQLITE_MAGIC:
-                stored = self._store_sqlite(f, path, mode)
+                stored = self._store_sqlite(f, path, mode, st)
                 if stored is not None:
                     return stored  # else not one SQLite can read: its bytes as they are
             if small and len(first) <= st.st_size:  # all of it, in one read
@@ -182,9 +190,12 @@ class FileSaver:
             self.vouched = n == f.size and st.st_mtime_ns == f.mtime_ns  # as the walk saw it
         return sha, n, b"".join(bytes.fromhex(c) for c in chunks)
 
-    def _store_sqlite(self, f: WalkedFile, path: str, mode: int) -> tuple[str, int, bytes] | None:
+    def _store_sqlite(
+        self, f: WalkedFile, path: str, mode: int, st: os.stat_result
+    ) -> tuple[str, int, bytes] | None:
         """A live database: a consistent copy through SQLite's backup API is stored."""
-        snap = sqlite_snapshot(f.source, Path(self.snap_dir))  # type: ignore[arg-type]
+        assert f.source is not None
+        snap = sqlite_snapshot(f.source, Path(self.snap_dir), f.rel, st)
         if snap is None:
             return None
         try:

@@ -37,7 +37,7 @@ import zstandard
 from lnk.backup.pack import blob_name, seal_blob
 from lnk.backup.repository import SIZES
 from lnk.formats.header import read_exact
-from lnk.payload.reading import open_file
+from lnk.payload.pinned import open_file
 from lnk.payload.walk import SQLITE_MAGIC
 
 READ, GONE, OTHER = 0, 1, 2

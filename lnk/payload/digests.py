@@ -25,14 +25,13 @@ from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.manifest import EMPTY_SHA
+from lnk.payload.pinned import Listing, Way
 from lnk.payload.unchanged import SinceDigests, Times
 from lnk.payload.walk import (
     DIGEST_TAG,
     SQLITE_SIDECARS,
     WalkStats,
     _file,
-    _link_target,
-    _listing,
     agent_roots,
     dir_line,
     file_line,
@@ -112,12 +111,16 @@ class FolderPrint:
 class _Dir:
     """A folder being walked: its entries sorted by name, and what its subfolders gave."""
 
-    __slots__ = ("entries", "i", "path", "rel", "seen")
+    __slots__ = ("entered", "entries", "i", "lost", "path", "rel", "seen")
 
-    def __init__(self, rel: str, path: str) -> None:
+    def __init__(self, rel: str, path: str, way: Way | None) -> None:
+        """``way``: at the folder, or None if the walk could not go there (gone, or no
+        longer the folder listed): no entries then."""
         self.rel, self.path = rel, path
-        self.entries = _listing(path)
+        self.entered = way is not None
+        self.entries: Listing = way.listing(path) if way is not None else []
         self.i = 0
+        self.lost = False
         # (name, lstat, the subfolder's (digest, files) or None)
         self.seen: list[tuple[str, os.stat_result, tuple[str, int] | None]] = []
 
@@ -227,8 +230,8 @@ class Indexed(Files):
             f"{fr.path}/{name}", rel, st, self.cache, self.stats, self.groups, self.snap_dir,
             wal=wal,
         )  # fmt: skip
-        if f.source is not None:
-            self.note([(f.sha256, str(f.source), rel)])
+        if f.source is not None and (f.sha256 or not f.size):
+            self.note([(f.sha256 or EMPTY_SHA, str(f.source), rel)])
         if f.snapshot or f.group is not None:
             return ""
         return f.sha256 or (EMPTY_SHA if f.size == 0 else "")
@@ -254,20 +257,34 @@ class Indexed(Files):
 def regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """Each regular file under the agent's file roots and its lstat, as a walk finds them
     (a SQLite database's sidecars left out): a stat of each entry, nothing read."""
-    for top, path, _st in agent_roots(root):
-        stack = [_Dir(top, str(path))]
-        while stack:
-            fr = stack.pop()
-            names = {e.name for e in fr.entries}
-            for e in fr.entries:
-                try:
-                    est = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISDIR(est.st_mode):
-                    stack.append(_Dir(f"{fr.rel}/{e.name}", e.path))
-                elif stat.S_ISREG(est.st_mode) and not sidecar(e.name, names):
-                    yield f"{fr.rel}/{e.name}", est
+    for top, path, st in agent_roots(root):
+        try:
+            way = Way(str(path), st)
+        except OSError:
+            continue
+        with way:
+            yield from _regular(way, top, str(path))
+
+
+def _regular(way: Way, rel: str, path: str) -> Iterator[tuple[str, os.stat_result]]:
+    stack = [_Dir(rel, path, way)]
+    while stack:
+        fr = stack[-1]
+        if fr.i == len(fr.entries):
+            stack.pop()
+            if stack and fr.entered and not way.up():
+                stack[-1].entries = stack[-1].entries[: stack[-1].i]  # lost: no more
+            continue
+        if fr.i == 0:
+            names = {name for name, _ in fr.entries}
+            for name, est in fr.entries:
+                if stat.S_ISREG(est.st_mode) and not sidecar(name, names):
+                    yield f"{fr.rel}/{name}", est
+        name, est = fr.entries[fr.i]
+        fr.i += 1
+        if stat.S_ISDIR(est.st_mode):
+            there = way.down(name, est)
+            stack.append(_Dir(f"{fr.rel}/{name}", f"{fr.path}/{name}", way if there else None))
 
 
 def sidecar(name: str, names: set[str]) -> bool:
@@ -282,11 +299,17 @@ def _tree(root: Path, files: Files) -> tuple[dict[str, str], dict[str, int]]:
     counts: dict[str, int] = {}
     fresh = time.time_ns() - RACY_NS
     for top, path, st in agent_roots(root):
-        _walk(str(path), top, files, fresh, digests, counts, st.st_ctime_ns)
+        try:
+            way = Way(str(path), st)
+        except OSError:
+            continue  # gone, or no longer that folder, since its lstat
+        with way:
+            _walk(way, str(path), top, files, fresh, digests, counts, st.st_ctime_ns)
     return digests, counts
 
 
 def _walk(
+    way: Way,
     path: str,
     rel: str,
     files: Files,
@@ -296,23 +319,25 @@ def _walk(
     root_ctime: int = 0,
 ) -> None:
     """One root, iteratively (any depth): a folder's digest once its subfolders' are known."""
-    stack = [_Dir(rel, path)]
+    stack = [_Dir(rel, path, way)]
     while stack:
         fr = stack[-1]
         if fr.i < len(fr.entries):
-            e = fr.entries[fr.i]
+            name, est = fr.entries[fr.i]
             fr.i += 1
-            try:
-                est = e.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone meanwhile: not in the digest (as the walk)
             if stat.S_ISDIR(est.st_mode):
-                stack.append(_Dir(f"{fr.rel}/{e.name}", e.path))
+                there = way.down(name, est)
+                stack.append(_Dir(f"{fr.rel}/{name}", f"{fr.path}/{name}", way if there else None))
             else:
-                fr.seen.append((e.name, est, None))
+                fr.seen.append((name, est, None))
             continue
         stack.pop()
-        digest, n = _folder(fr, files, fresh)
+        # (the way still at the folder: its links are read through it)
+        digest, n = _folder(fr, files, fresh, way) if fr.entered and not fr.lost else ("", 0)
+        if stack and fr.entered and not way.up():
+            # the folder above cannot be found as it was: nothing more of it, no digest
+            stack[-1].entries = stack[-1].entries[: stack[-1].i]
+            stack[-1].lost = True
         counts[fr.rel] = n
         if digest:
             digests[fr.rel] = digest
@@ -320,7 +345,7 @@ def _walk(
         if stack:
             up = stack[-1]
             name = fr.rel.rpartition("/")[2]
-            st = up.entries[up.i - 1].stat(follow_symlinks=False)
+            st = up.entries[up.i - 1][1]
             up.seen.append((name, st, (digest, n)))
             own = st.st_ctime_ns
         if files.times is not None:
@@ -337,7 +362,7 @@ def _newest(fr: _Dir, own: int, times: Times) -> int:
     return newest
 
 
-def _folder(fr: _Dir, files: Files, fresh: int) -> tuple[str, int]:
+def _folder(fr: _Dir, files: Files, fresh: int, way: Way) -> tuple[str, int]:
     """(digest or "", files at any depth) of a folder whose entries were all seen."""
     keys = [
         entry_key(name, st) if sub is None else dir_key(name, stat.S_IMODE(st.st_mode), sub[0])
@@ -347,17 +372,19 @@ def _folder(fr: _Dir, files: Files, fresh: int) -> tuple[str, int]:
     fp = hashlib.sha256(text).digest()
     if files.listed is not None:
         files.listed(fr.rel, text)
-    names = {e.name for e in fr.entries}
+    names = {name for name, _ in fr.entries}
     known = files.cache.folder(fr.rel)
     if known is not None and known[0] == fp and files.remembered(fr, names):
         return known[1], known[2]
-    digest, n, racy = _compute(fr, files, names, fresh)
+    digest, n, racy = _compute(fr, files, names, fresh, way)
     if digest and not racy:
         files.cache.store_folder(fr.rel, fp, digest, n)
     return digest, n
 
 
-def _compute(fr: _Dir, files: Files, names: set[str], fresh: int) -> tuple[str, int, bool]:
+def _compute(
+    fr: _Dir, files: Files, names: set[str], fresh: int, way: Way
+) -> tuple[str, int, bool]:
     """A folder's digest from its lines (walk.py's rules), its files at any depth, and
     whether anything directly in it changed too recently to be remembered."""
     h = hashlib.sha256(DIGEST_TAG)
@@ -374,7 +401,7 @@ def _compute(fr: _Dir, files: Files, names: set[str], fresh: int) -> tuple[str, 
         if max(st.st_mtime_ns, st.st_ctime_ns) >= fresh:
             racy = True
         if stat.S_ISLNK(st.st_mode):
-            target = _link_target(f"{fr.path}/{name}")
+            target = way.readlink(name)
             if target is None:
                 ok = False
             else:

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from lnk.payload.walk import SQLITE_MAGIC, sqlite_snapshot
+from lnk.payload.pinned import SQLITE_MAGIC, open_file, open_walked, sqlite_snapshot
 
 SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
 READ_CHUNK = 1 << 20
@@ -44,21 +44,20 @@ def same_stat(a: os.stat_result, b: os.stat_result) -> bool:
     )
 
 
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def open_file(path: str | bytes | Path) -> int:
-    """Open a file of the agent's to read its content: never through a link, and never
-    blocking (a fifo swapped in after the walk opens at once, and is then no regular
-    file).  The one way a move and a backup open what they read."""
-    return os.open(path, _OPEN)
-
-
-def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Read | None:
+def read_settled(
+    path: Path | str,
+    keep: bool,
+    tries: int = SETTLE_TRIES,
+    rel: str = "",
+    st: os.stat_result | None = None,
+) -> Read | None:
     """Read (``keep``: into memory) and hash a file, again while it changes under us.
 
-    None if it is gone, or is no longer a regular file (never followed if a link).
-    The last read is returned with ``settled=False`` if the file changed every time.
+    ``rel`` and ``st``: the file a walk found there (its path in the agent, its lstat),
+    read as ``pinned.open_walked`` opens it (never through a link on the way); without
+    them, a file of lnk's own (a private snapshot).  None if it is gone, or is no longer
+    a regular file (never followed if a link).  The last read is returned with
+    ``settled=False`` if the file changed every time.
     """
     last: Read | None = None
     for attempt in range(tries):
@@ -66,11 +65,14 @@ def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Rea
             time.sleep(0.002 * attempt)
         t0 = time.time_ns()
         try:
-            fd = open_file(path)
+            if rel:
+                fd, before = open_walked(path, rel, st)
+            else:
+                fd = open_file(path)
+                before = os.fstat(fd)
         except OSError:
             return None
         try:
-            before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
                 return None
             h = hashlib.sha256()
@@ -116,10 +118,13 @@ def read_settled(path: Path | str, keep: bool, tries: int = SETTLE_TRIES) -> Rea
 class Slot:
     """One file's read, done by a job that reads a chunk of files."""
 
-    __slots__ = ("done", "got", "keep", "path")
+    __slots__ = ("done", "got", "keep", "path", "rel", "st")
 
-    def __init__(self, path: Path | str, keep: bool) -> None:
-        self.path, self.keep = path, keep
+    def __init__(
+        self, path: Path | str, keep: bool, rel: str = "", st: os.stat_result | None = None
+    ) -> None:
+        """``rel``, ``st``: as :func:`read_settled`'s."""
+        self.path, self.keep, self.rel, self.st = path, keep, rel, st
         self.got: Read | None = None
         self.done: Future[None] | None = None
 
@@ -135,9 +140,9 @@ def read_chunk(slots: list[Slot], snap_dir: Path) -> None:
     A SQLite database (told by its first bytes) is read as a snapshot taken
     through SQLite's online backup API, never as its live bytes."""
     for slot in slots:
-        got = read_settled(slot.path, slot.keep)
+        got = read_settled(slot.path, slot.keep, rel=slot.rel, st=slot.st)
         if got is not None and got.head == SQLITE_MAGIC:
-            snap = sqlite_snapshot(slot.path, snap_dir)
+            snap = sqlite_snapshot(slot.path, snap_dir, slot.rel, got.st)
             if snap is not None:  # else not one SQLite can read: its bytes as they are
                 got = read_settled(snap, slot.keep)
                 if got is not None:

@@ -70,7 +70,10 @@ def send_agent(
         out, recipient, {"kind": "lnk-move", "phase": phase}, level=level, workers=workers
     )
     report = SendReport(writer.stream_id.hex(), phase)
-    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-send-"))
+    # beside the agent's files (its runtime folder, on the same file system as a rule):
+    # a database is snapshotted through a hard link to the very file walked (pinned.py)
+    agent.runtime.mkdir(parents=True, exist_ok=True)
+    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-send-", dir=agent.runtime))
     cache = HashCache(agent.runtime / "hashes.sqlite")
     stats = WalkStats()
     spool = tempfile.TemporaryFile(dir=snap_dir)  # noqa: SIM115 - closed below

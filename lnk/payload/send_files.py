@@ -24,14 +24,8 @@ from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.inventory import Inventory
-from lnk.payload.reading import (
-    SETTLE_TRIES,
-    Slot,
-    open_file,
-    read_chunk,
-    read_settled,
-    same_stat,
-)
+from lnk.payload.pinned import open_file, open_walked
+from lnk.payload.reading import SETTLE_TRIES, Slot, read_chunk, read_settled, same_stat
 from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkedFile
 
@@ -136,7 +130,7 @@ class FileSender:
             if f.sha256 == "" or (small and not self._held(f)):
                 # read now (small: its bytes travel from memory) or hash (big)
                 assert f.source is not None
-                job = Slot(f.source, small)
+                job = Slot(f.source, small, *_walked(f))
                 self.chunk.append(job)
                 if len(self.chunk) >= READ_JOB:
                     self._submit()
@@ -225,7 +219,7 @@ class FileSender:
                     first = True
                     if sha == "" and size > 0:  # its first member vanished: read this one
                         assert f.source is not None
-                        got = read_settled(f.source, False)
+                        got = read_settled(f.source, False, rel=f.rel, st=f.st)
                         if got is None:
                             del self.groups[f.group]
                             r.vanished += 1
@@ -296,7 +290,11 @@ class FileSender:
             left = size
             assert f.source is not None
             try:
-                fd = open_file(f.source)
+                if f.snapshot:
+                    fd = open_file(f.source)
+                    now = os.fstat(fd)
+                else:  # never through a link on its way (pinned.py)
+                    fd, now = open_walked(f.source, f.rel, f.st)
             except OSError:
                 fd = -1
             trusted = False
@@ -305,7 +303,6 @@ class FileSender:
                     # not hashed again when its stat says it is what was hashed: the same
                     # stat, and a mtime older than that read by more than a timestamp
                     # tick can hide (git's "racily clean" rule; a snapshot is private)
-                    now = os.fstat(fd)
                     trusted = _vouched(f, now)
                     while left > 0:
                         n = src.readinto(view[fill : fill + min(RECORD_MAX - fill, left)])
@@ -345,6 +342,11 @@ class FileSender:
         self.w.write(M.DATA, buf)  # the writer takes its own copy
         self.report.data_bytes += len(buf)
         self.progress(len(buf))
+
+
+def _walked(f: WalkedFile) -> tuple[str, os.stat_result | None]:
+    """What :class:`Slot` needs to read ``f`` as the walk found it (none for a snapshot)."""
+    return ("", None) if f.snapshot else (f.rel, f.st)
 
 
 def _vouched(f: WalkedFile, now: os.stat_result) -> bool:

@@ -12,23 +12,25 @@ runtime folder, so a second send reads only what changed.
 from __future__ import annotations
 
 import hashlib
-import operator
 import os
-import shlex
-import sqlite3
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lnk.errors import InvalidInput
 from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import EMPTY_SHA, FILE_ROOTS, dir_mode, file_mode, read_only
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
-READ_CHUNK = 1 << 20
+from lnk.payload.pinned import (
+    GONE,
+    Way,
+    sha256_file,
+    sha256_walked,
+    sqlite_snapshot,
+    starts_as_sqlite,
+)
+from lnk.payload.pinned import SQLITE_MAGIC as SQLITE_MAGIC
+from lnk.payload.pinned import SQLITE_SIDECARS as SQLITE_SIDECARS
 
 
 @dataclass(slots=True)
@@ -85,15 +87,18 @@ def dir_line(name: str, mode: int, digest: str) -> str:
 class _Frame:
     """A folder being walked: its sorted entries, and the digest of those seen so far."""
 
-    __slots__ = ("entries", "h", "it", "mode", "names", "ok", "rel", "skipped")
+    __slots__ = ("entered", "entries", "h", "it", "mode", "names", "ok", "path", "rel", "skipped")
 
-    def __init__(self, rel: str, mode: int, path: Path | str, digest: bool) -> None:
-        self.rel, self.mode = rel, mode
-        self.entries = _listing(path)
+    def __init__(self, rel: str, mode: int, path: str, digest: bool, way: Way | None) -> None:
+        """``way``: at the folder (its entries are listed), or None if it could not go
+        there (gone, or no longer the folder its listing saw): no entries, no digest."""
+        self.rel, self.mode, self.path = rel, mode, path
+        self.entered = way is not None
+        self.entries = way.listing(path) if way is not None else []
         self.it = iter(self.entries)
         self.names: set[str] | None = None  # made the first time a sidecar is seen
         self.h = hashlib.sha256(DIGEST_TAG) if digest else None
-        self.ok = digest
+        self.ok = digest and self.entered
         self.skipped: list[tuple[str, os.stat_result]] = []
 
     def line(self, text: str) -> None:
@@ -104,63 +109,11 @@ class _Frame:
 
     def has(self, name: str) -> bool:
         if self.names is None:
-            self.names = {e.name for e in self.entries}
+            self.names = {name for name, _ in self.entries}
         return name in self.names
 
     def digest(self) -> str:
         return self.h.hexdigest() if self.ok and self.h is not None else ""
-
-
-def sha256_file(path: Path | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(READ_CHUNK)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def _link_target(path: str) -> str | None:
-    """A link's target as text, if it can travel (UTF-8, no longer than a path)."""
-    try:
-        target = os.readlink(path)
-        if len(target.encode("utf-8")) > 4096 or not target:
-            return None
-    except (OSError, UnicodeEncodeError):
-        return None  # gone meanwhile, or not UTF-8: skipped and counted
-    return target
-
-
-def is_sqlite(path: Path | str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
-
-
-def sqlite_snapshot(path: Path | str, into: Path) -> Path | None:
-    """A consistent copy of a live database, through SQLite's online backup API; None
-    when SQLite cannot read it as one (a damaged file that only starts like a database,
-    or a sidecar name taken by a folder): such a file travels as its bytes."""
-    fd, name = tempfile.mkstemp(prefix="snap-", suffix=".sqlite", dir=into)
-    os.close(fd)
-    dest = Path(name)
-    try:
-        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            dst = sqlite3.connect(dest)
-            try:
-                src.backup(dst)
-            finally:
-                dst.close()
-        finally:
-            src.close()
-    except sqlite3.Error:
-        dest.unlink(missing_ok=True)
-        return None
-    return dest
 
 
 def agent_roots(agent_root: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
@@ -213,13 +166,14 @@ def walk_agent(
             yield WalkedFile(root, "d", stat.S_IMODE(st.st_mode), kept=kept, st=st)
             continue
         yield from walk_dir(
-            top, root, cache, stats, groups, snap_dir, hash_files, links, sqlite, ends, keep
+            top, root, st, cache, stats, groups, snap_dir, hash_files, links, sqlite, ends, keep
         )
 
 
 def walk_dir(
     path: Path,
     rel: str,
+    st: os.stat_result,
     cache: HashCache,
     stats: WalkStats,
     groups: dict[tuple[int, int, bool], int],
@@ -230,18 +184,52 @@ def walk_dir(
     ends: bool = False,
     keep: Callable[[str], str] | None = None,
 ) -> Iterator[WalkedFile]:
-    """One root, depth first, a folder before its contents; iterative (any depth).
+    """One root (its lstat ``st``), depth first, a folder before its contents;
+    iterative (any depth), each folder listed through its own descriptor
+    (``pinned.Way``: never through a link, whatever changes meanwhile).
 
     With ``ends``, each folder's end follows its contents, carrying its digest."""
-    st = os.lstat(path)
     stats.folders += 1
     yield WalkedFile(rel, "d", stat.S_IMODE(st.st_mode), st=st)
-    stack = [_Frame(rel, stat.S_IMODE(st.st_mode), path, ends)]
+    try:
+        way: Way | None = Way(str(path), st)
+    except OSError:
+        way = None  # gone, or no longer that folder, since its lstat
+    try:
+        yield from _walk_way(way, path, rel, st, cache, stats, groups, snap_dir,
+                             hash_files, links, sqlite, ends, keep)  # fmt: skip
+    finally:
+        if way is not None:
+            way.close()
+
+
+def _walk_way(
+    way: Way | None,
+    path: Path,
+    rel: str,
+    st: os.stat_result,
+    cache: HashCache,
+    stats: WalkStats,
+    groups: dict[tuple[int, int, bool], int],
+    snap_dir: Path | None,
+    hash_files: bool,
+    links: bool,
+    sqlite: bool,
+    ends: bool,
+    keep: Callable[[str], str] | None,
+) -> Iterator[WalkedFile]:
+    stack = [_Frame(rel, stat.S_IMODE(st.st_mode), str(path), ends, way)]
     while stack:
         fr = stack[-1]
         e = next(fr.it, None)
         if e is None:
             stack.pop()
+            if stack and fr.entered:
+                assert way is not None
+                if not way.up():
+                    # the folder above cannot be found as it was: nothing more of it
+                    stack[-1].ok = False
+                    stack[-1].it = iter(())
             if ends:
                 digest = fr.digest()
                 if stack:
@@ -253,19 +241,17 @@ def walk_dir(
                         up.ok = False
                 yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest, skipped=tuple(fr.skipped))
             continue
-        erel = f"{fr.rel}/{e.name}"
-        try:
-            est = e.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
+        name, est = e
+        erel = f"{fr.rel}/{name}"
+        epath = f"{fr.path}/{name}"
         if stat.S_ISLNK(est.st_mode):
-            target = _link_target(e.path) if links else None
+            target = way.readlink(name) if links and way is not None else None
             if target is None:
                 stats.skipped_links += 1
                 fr.ok = False
             else:
                 stats.links += 1
-                fr.line(link_line(e.name, target))
+                fr.line(link_line(name, target))
                 yield WalkedFile(erel, "l", 0o777, target=target, st=est)
             continue
         if stat.S_ISDIR(est.st_mode):
@@ -276,61 +262,29 @@ def walk_dir(
                 yield WalkedFile(erel, "d", mode, kept=kept, st=est)
                 continue
             yield WalkedFile(erel, "d", mode, st=est)
-            stack.append(_Frame(erel, mode, e.path, ends))
+            there = way is not None and way.down(name, est)
+            stack.append(_Frame(erel, mode, epath, ends, way if there else None))
             continue
         if not stat.S_ISREG(est.st_mode):
             stats.skipped_special += 1  # never carried, never deleted: not in a digest
             if ends:
-                fr.skipped.append((e.name, est))
+                fr.skipped.append((name, est))
             continue
-        if e.name.endswith(SQLITE_SIDECARS) and any(
-            e.name.endswith(s) and fr.has(e.name[: -len(s)]) for s in SQLITE_SIDECARS
+        if name.endswith(SQLITE_SIDECARS) and any(
+            name.endswith(s) and fr.has(name[: -len(s)]) for s in SQLITE_SIDECARS
         ):
             fr.ok = False
             continue  # folded into the database's snapshot
         # a database with a write-ahead log beside it may have changed with its stat
         # unchanged (the log holds the commits until a checkpoint): no cache vouches for it
-        wal = fr.has(e.name + "-wal")
-        f = _file(e.path, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite, wal)
+        wal = fr.has(name + "-wal")
+        f = _file(epath, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite, wal)
         sha = f.sha256 or (EMPTY_SHA if f.size == 0 else "")
         if not sha or f.snapshot or f.group is not None:
             fr.ok = False
         else:
-            fr.line(file_line(e.name, f.mode, f.size, f.mtime_ns, sha))
+            fr.line(file_line(name, f.mode, f.size, f.mtime_ns, sha))
         yield f
-
-
-def _listing(path: Path | str) -> list[os.DirEntry[str]]:
-    """A folder's entries sorted by name; a name that is not UTF-8 is refused (a stream
-    and a backup carry UTF-8 names: one left out would be lost without a word)."""
-    try:
-        with os.scandir(path) as it:
-            entries = sorted(it, key=_name)
-    except OSError:
-        return []
-    for e in entries:
-        if not e.name.isascii():
-            try:
-                e.name.encode()
-            except UnicodeEncodeError:
-                raise _not_utf8(path, e.name) from None
-    return entries
-
-
-def _not_utf8(folder: Path | str, name: str) -> InvalidInput:
-    where = _shown(os.fsdecode(folder))
-    return InvalidInput(
-        f"{where}/{_shown(name)}: the name is not UTF-8, and lnk carries UTF-8 names only",
-        hint=f"ls -b -- {shlex.quote(where)}  # then rename it with mv",
-    )
-
-
-def _shown(text: str) -> str:
-    """A name as text, a byte that is not UTF-8 shown as ``\\xff``."""
-    return os.fsencode(text).decode("utf-8", "backslashreplace")
-
-
-_name = operator.attrgetter("name")
 
 
 def _file(
@@ -359,9 +313,9 @@ def _file(
     # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
     sha = None if wal else cache.lookup(rel, st)
     snap = None
-    if sqlite and sha is None and st.st_size >= 16 and is_sqlite(path):
+    if sqlite and sha is None and st.st_size >= 16 and starts_as_sqlite(path, rel, st):
         assert snap_dir is not None
-        snap = sqlite_snapshot(path, snap_dir)
+        snap = sqlite_snapshot(path, snap_dir, rel, st)
     if snap is not None:
         stats.snapshots.append(snap)
         size = snap.stat().st_size
@@ -373,8 +327,14 @@ def _file(
     if sha is None and not hash_files:
         sha = ""
     elif sha is None:
-        sha = sha256_file(path)
-        stats.hashed_bytes += st.st_size
-        cache.store(rel, st, sha)
+        try:
+            sha = sha256_walked(path, rel, st)
+        except OSError as e:
+            if e.errno not in GONE:
+                raise
+            sha = ""  # gone, or a link on its way now: not known (its folder: no digest)
+        else:
+            stats.hashed_bytes += st.st_size
+            cache.store(rel, st, sha)
     stats.bytes += st.st_size
     return WalkedFile(rel, "f", mode, st.st_size, sha, st.st_mtime_ns, group, first, path, st=st)

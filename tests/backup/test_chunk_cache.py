@@ -16,6 +16,7 @@ from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.filecache import ChunkCache
+from lnk.payload import pinned as P
 from lnk.payload.cachedb import COMMIT_EVERY
 
 
@@ -57,6 +58,7 @@ def test_unchanged_files_are_not_read_and_changes_are(
         return orig(path)
 
     monkeypatch.setattr(F, "open_file", spy)
+    monkeypatch.setattr(P, "open_file", spy)  # an agent's files
     rep = backup_agent(src, registry.find(src, "work"), url)
     assert [Path(p).name for p in read] == ["big.bin"]  # the one changed file
     assert rep.new_blobs >= 3  # big.bin's 3 chunks, the changed log, lists

@@ -30,6 +30,7 @@ from lnk.backup import file_reads as F
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
 from lnk.backup.filecache import ChunkCache
+from lnk.payload import pinned as P
 
 
 def _tree(a: Agent) -> None:
@@ -63,6 +64,7 @@ class Spy:
             return real_file(cache, rel, st)
 
         monkeypatch.setattr(F, "open_file", opening)
+        monkeypatch.setattr(P, "open_file", opening)  # an agent's files
         monkeypatch.setattr(ChunkCache, "file", looking)
 
     def clear(self) -> None:
@@ -193,6 +195,7 @@ def test_a_file_swapped_for_a_link_after_the_walk_is_not_read_through_it(
         return real_open(path)
 
     monkeypatch.setattr(F, "open_file", swap_then_open)
+    monkeypatch.setattr(P, "open_file", swap_then_open)  # an agent's files
     rep = backup_agent(src, a, local_url)
     monkeypatch.undo()
     give_keys(src, dst)
@@ -219,6 +222,7 @@ def test_a_fifo_swapped_in_after_the_walk_neither_blocks_nor_is_stored(
         return real_open(path)
 
     monkeypatch.setattr(F, "open_file", swap_then_open)
+    monkeypatch.setattr(P, "open_file", swap_then_open)  # an agent's files
     backup_agent(src, a, local_url)
     monkeypatch.undo()
     give_keys(src, dst)

@@ -31,6 +31,7 @@ from payload_helpers import (
 
 from lnk.agents.layout import Machine
 from lnk.errors import StreamError
+from lnk.payload import pinned as P
 from lnk.payload import reading as R
 from lnk.payload import send_files as S
 
@@ -131,8 +132,8 @@ def test_a_big_file_changed_between_its_hash_and_its_bytes(
     write(a.folders.home / "small.txt", b"small\n")
     real = S.read_settled
 
-    def read_then_change(path: Path, keep: bool, tries: int = S.SETTLE_TRIES) -> Any:
-        got = real(path, keep, tries)
+    def read_then_change(path: Path, keep: bool, tries: int = S.SETTLE_TRIES, **kw: Any) -> Any:
+        got = real(path, keep, tries, **kw)
         if Path(path) == big:
             with open(big, "r+b") as f:
                 f.write(os.urandom(64))  # rewritten in place
@@ -168,10 +169,10 @@ def test_a_file_gone_before_it_is_read_is_not_sent(
     write(a.folders.home / "kept.txt", b"kept\n")
     real = S.read_settled
 
-    def vanish(path: Path, keep: bool, tries: int = S.SETTLE_TRIES) -> Any:
+    def vanish(path: Path, keep: bool, tries: int = S.SETTLE_TRIES, **kw: Any) -> Any:
         if Path(path) == gone:
             gone.unlink(missing_ok=True)
-        return real(path, keep, tries)
+        return real(path, keep, tries, **kw)
 
     monkeypatch.setattr(S, "read_settled", vanish)
     monkeypatch.setattr(R, "read_settled", vanish)
@@ -201,6 +202,7 @@ def test_a_fifo_swapped_in_during_the_send_neither_blocks_it_nor_is_sent(
         return real(path)
 
     monkeypatch.setattr(R, "open_file", swap_then_open)
+    monkeypatch.setattr(P, "open_file", swap_then_open)  # an agent's files
     monkeypatch.setattr(S, "open_file", swap_then_open)
     r = prepare(dst)
     out: list[Any] = []

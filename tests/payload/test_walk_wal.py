@@ -12,7 +12,8 @@ from payload_helpers import load_agent, make_agent, move, write
 
 from lnk.agents.layout import Machine
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import SQLITE_MAGIC, WalkStats, sha256_file, walk_agent
+from lnk.payload.pinned import sha256_file
+from lnk.payload.walk import SQLITE_MAGIC, WalkStats, walk_agent
 
 
 def test_a_database_with_a_log_beside_it_is_snapshotted_not_vouched_for(tmp_path: Path) -> None:
