@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from lnk.collections import SqliteStore, Store, open_store
@@ -46,7 +47,11 @@ def clone_chats(src_chats: Path, dst_chats: Path, driver: str) -> None:
         for name in filenames:
             if name.startswith(".tmp-") or name == SQLITE_NAME:
                 continue
-            os.link(Path(dirpath) / name, dst_chats / rel / name)
+            src = Path(dirpath) / name
+            # the agent wrote this folder where it ran: a link it planted is never
+            # followed (a hard link to what it names would hand the agent that file)
+            if stat.S_ISREG(os.lstat(src).st_mode):
+                os.link(src, dst_chats / rel / name, follow_symlinks=False)
 
 
 def log_tails(chats_dir: Path, driver: str) -> dict[str, list[object]]:

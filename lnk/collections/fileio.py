@@ -13,9 +13,11 @@ file serialise on a flock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,6 +53,62 @@ def _unquote(enc: str) -> bytearray:
             out += enc[i].encode()
             i += 1
     return out
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# no such file there: gone, a link (never followed), not a folder on the way, a fifo's
+# side that no one holds
+_NONE = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO)
+
+
+def open_folder(root: Path, *names: str) -> int | None:
+    """The folder ``root/names...``, opened name by name without following a link (the
+    agent writes its store's folders, and may plant links in them); None if there is
+    no such folder."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names:
+            nfd = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except OSError as e:
+        os.close(fd)
+        if e.errno in _NONE:
+            return None
+        raise
+    return fd
+
+
+def read_in(dfd: int, name: str) -> bytes | None:
+    """A regular file's bytes in the folder ``dfd``, never through a link; None if there
+    is none (gone, a link, a fifo or anything else)."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dfd)
+    except OSError as e:
+        if e.errno in _NONE:
+            return None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_below(root: Path, *parts: str) -> bytes | None:
+    """:func:`read_in` of the file ``root/parts...``, every name on the way a folder."""
+    dfd = open_folder(root, *parts[:-1])
+    if dfd is None:
+        return None
+    try:
+        return read_in(dfd, parts[-1])
+    finally:
+        os.close(dfd)
 
 
 def event_file(n: int) -> str:

@@ -43,7 +43,16 @@ from lnk.collections.base import (
     encode_value,
     resolve_now,
 )
-from lnk.collections.fileio import AtomicWrites, decode_name, encode_name, event_file, locked
+from lnk.collections.fileio import (
+    AtomicWrites,
+    decode_name,
+    encode_name,
+    event_file,
+    locked,
+    open_folder,
+    read_below,
+    read_in,
+)
 from lnk.errors import InvalidInput
 
 
@@ -106,15 +115,21 @@ class FileStore(Store):
     ) -> Iterator[Event]:
         self._log(cid)
         start, stop = self._range(start, stop)
-        d = self._dir(cid)
-        n = start
-        while stop is None or n < stop:
-            try:
-                data = (d / event_file(n)).read_bytes()
-            except FileNotFoundError:
-                return
-            yield Event(n, decode_value(data))
-            n += 1
+        # read through its folders, never a link (the agent writes them: lnk's reads
+        # outside its sandbox, a move's or a backup's, must not carry what a link names)
+        dfd = open_folder(self.root, cid.kind, encode_name(cid.name))
+        if dfd is None:
+            return
+        try:
+            n = start
+            while stop is None or n < stop:
+                data = read_in(dfd, event_file(n))
+                if data is None:
+                    return
+                yield Event(n, decode_value(data))
+                n += 1
+        finally:
+            os.close(dfd)
 
     def last_number(self, cid: CollectionId) -> int:
         self._log(cid)
@@ -146,12 +161,9 @@ class FileStore(Store):
         tmp.write_bytes(str(self._version(d) + 1).encode())
         os.replace(tmp, d / ".version")
 
-    @staticmethod
-    def _version(d: Path) -> int:
-        try:
-            return int((d / ".version").read_text())
-        except FileNotFoundError:
-            return 0
+    def _version(self, d: Path) -> int:
+        data = read_below(self.root, *d.relative_to(self.root).parts, ".version")
+        return 0 if data is None else int(data)
 
     def put(self, cid: CollectionId, key: str, value: dict[str, Any]) -> None:
         self._map(cid)
@@ -166,13 +178,8 @@ class FileStore(Store):
             self._bump(d)
             self._disk.sync_dir(d)
 
-    @staticmethod
-    def _read_entry(path: Path) -> tuple[str, dict[str, Any]] | None:
-        try:
-            obj = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            return None
-        return obj["key"], decode_value(json.dumps(obj["value"]))
+    def _read_entry(self, path: Path) -> tuple[str, dict[str, Any]] | None:
+        return _entry_of(read_below(self.root, *path.relative_to(self.root).parts))
 
     def get(self, cid: CollectionId, key: str) -> dict[str, Any] | None:
         self._map(cid)
@@ -197,29 +204,31 @@ class FileStore(Store):
 
     def items(self, cid: CollectionId) -> Iterator[tuple[str, dict[str, Any]]]:
         self._map(cid)
-        d = self._dir(cid)
+        dfd = open_folder(self.root, cid.kind, encode_name(cid.name))
+        if dfd is None:
+            return
         try:
             names = [
                 e.name
-                for e in os.scandir(d)
+                for e in os.scandir(dfd)
                 if e.name.endswith(".json") and not e.name.startswith(".")
             ]
-        except FileNotFoundError:
-            return
-        keyed: list[tuple[str, str]] = []
-        for fname in names:
-            key = decode_name(fname[:-5])
-            if key is None:
-                got = self._read_entry(d / fname)
-                if got is None:
-                    continue
-                key = got[0]
-            keyed.append((key, fname))
-        keyed.sort()
-        for _key, fname in keyed:
-            got = self._read_entry(d / fname)
-            if got is not None:
-                yield got
+            keyed: list[tuple[str, str]] = []
+            for fname in names:
+                key = decode_name(fname[:-5])
+                if key is None:
+                    got = _entry_of(read_in(dfd, fname))
+                    if got is None:
+                        continue
+                    key = got[0]
+                keyed.append((key, fname))
+            keyed.sort()
+            for _key, fname in keyed:
+                got = _entry_of(read_in(dfd, fname))
+                if got is not None:
+                    yield got
+        finally:
+            os.close(dfd)
 
     def _replace_map(self, cid: CollectionId, entries: Iterable[tuple[str, str]]) -> None:
         self._map(cid)
@@ -252,18 +261,20 @@ class FileStore(Store):
     def collections(self) -> list[CollectionId]:
         found: list[CollectionId] = []
         for kind in KINDS:
-            try:
-                entries = list(os.scandir(self.root / kind))
-            except FileNotFoundError:
+            dfd = open_folder(self.root, kind)
+            if dfd is None:
                 continue
-            for e in entries:
-                if e.name.startswith(".") or not e.is_dir():
-                    continue
-                try:
-                    name = (Path(e.path) / ".name").read_text()
-                except FileNotFoundError:
-                    continue  # only a lease so far
-                found.append(CollectionId(kind, name))
+            try:
+                entries = list(os.scandir(dfd))
+                for e in entries:
+                    if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                        continue
+                    data = read_below(self.root, kind, e.name, ".name")
+                    if data is None:
+                        continue  # only a lease so far (or a link: never followed)
+                    found.append(CollectionId(kind, data.decode()))
+            finally:
+                os.close(dfd)
         return sorted(found)
 
     def watermark(self, cid: CollectionId) -> int:
@@ -277,9 +288,8 @@ class FileStore(Store):
 
     def read_lease(self, cid: CollectionId) -> Lease | None:
         path = self._lease_path(cid)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = read_below(self.root, *path.relative_to(self.root).parts)
+        if raw is None:
             return None
         try:
             return Lease.from_json(json.loads(raw))
@@ -327,3 +337,11 @@ class FileStore(Store):
             os.unlink(self._lease_path(cid))
             self._disk.sync_dir(self._lease_path(cid).parent)
             return True
+
+
+def _entry_of(data: bytes | None) -> tuple[str, dict[str, Any]] | None:
+    """A map entry's file as read (None: none there): its key and value."""
+    if data is None:
+        return None
+    obj = json.loads(data)
+    return obj["key"], decode_value(json.dumps(obj["value"]))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sqlite3
+import stat
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -82,19 +84,52 @@ class SqliteStore(Store):
             self._pid = os.getpid()
         c: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if c is None:
+            was = self._no_link()
             c = sqlite3.connect(
                 self.path,
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=self.busy_timeout_ms / 1000,
             )
-            c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            c.execute("PRAGMA journal_mode = WAL")
-            c.execute("PRAGMA synchronous = NORMAL")
+            try:
+                c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                c.execute("PRAGMA journal_mode = WAL")
+                c.execute("PRAGMA synchronous = NORMAL")
+                now = self._no_link()
+                if was is not None and now != was:
+                    raise InvalidInput(
+                        f"{self.path} changed as it was opened",
+                        hint=f"ls -l -- {shlex.quote(str(self.path))}",
+                    )
+            except BaseException:
+                c.close()
+                raise
             self._local.conn = c
             with self._all_lock:
                 self._all.append(c)
         return c
+
+    def _no_link(self) -> tuple[int, int] | None:
+        """The database's device and inode (None: none yet), refused when it or a
+        sidecar is a link: an agent writes the folder its store is in, and lnk opens
+        that store outside the agent's sandbox (a move, a backup, its bridge), where a
+        link would lead to another agent's store or any database of the machine's.
+        (SQLite opens by path: checked before and after the open.)"""
+        got = None
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            p = f"{self.path}{suffix}"
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise InvalidInput(
+                    f"{p} is a link, and lnk never opens an agent's store through one",
+                    hint=f"rm -- {shlex.quote(p)}",
+                )
+            if not suffix:
+                got = (st.st_dev, st.st_ino)
+        return got
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
