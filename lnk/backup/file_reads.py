@@ -25,7 +25,8 @@ from lnk.backup.small_reads import GONE as GONE_READ
 from lnk.backup.small_reads import READ, SmallRead
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.manifest import EMPTY_SHA, file_mode
-from lnk.payload.pinned import GONE, ident, open_file, open_walked, sqlite_snapshot
+from lnk.payload.pinned import GONE, ident, open_file, open_walked
+from lnk.payload.snapshots import sqlite_snapshot
 from lnk.payload.walk import SQLITE_MAGIC, WalkedFile
 
 

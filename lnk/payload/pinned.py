@@ -14,10 +14,7 @@ could then restore, or a move).  A check when the walk looked is not enough, so:
   folder on its way swapped) it is opened again from the agent's folder component by
   component, following no link, and that file is read, or none;
 - a SQLite database is read by SQLite, which opens it by a path of its own: it is
-  given a private hard link to the very file the walk found (and to its sidecars),
-  made from its folder's descriptor (:func:`sqlite_snapshot`).  Where that cannot be
-  (the snapshot folder on another file system), the path is checked to lead to that
-  file, through folders only, before and after the snapshot.
+  given a private hard link to the very file the walk found (``snapshots.py``).
 """
 
 from __future__ import annotations
@@ -27,13 +24,10 @@ import hashlib
 import operator
 import os
 import shlex
-import sqlite3
-import stat
-import tempfile
 from pathlib import Path
 
 from lnk.errors import InvalidInput
-from lnk.payload.safefs import open_parent, open_under, rmtree
+from lnk.payload.safefs import open_parent, open_under
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
@@ -58,7 +52,7 @@ def open_file(path: str | bytes | Path) -> int:
     return os.open(path, _OPEN)
 
 
-def _root_of(source: str | Path, rel: str) -> Path:
+def root_of(source: str | Path, rel: str) -> Path:
     s = os.fspath(source)
     if not rel or not s.endswith("/" + rel):
         raise OSError(errno.EINVAL, "not under its agent's folder", s)
@@ -81,7 +75,7 @@ def open_walked(
     if st is None or ident(now) == ident(st):
         return fd, now
     os.close(fd)
-    fd = open_under(_root_of(source, rel), rel)
+    fd = open_under(root_of(source, rel), rel)
     try:
         return fd, os.fstat(fd)
     except BaseException:
@@ -92,7 +86,7 @@ def open_walked(
 def leads_to(source: str | Path, rel: str, st: os.stat_result) -> bool:
     """Whether ``rel`` leads, through folders only, to the very file ``st`` is of."""
     try:
-        dfd, name = open_parent(_root_of(source, rel), rel)
+        dfd, name = open_parent(root_of(source, rel), rel)
     except OSError:
         return False
     try:
@@ -136,129 +130,6 @@ def starts_as_sqlite(source: str | Path, rel: str, st: os.stat_result | None) ->
         return False
     finally:
         os.close(fd)
-
-
-# ---- SQLite databases -------------------------------------------------------------------
-class _Pin:
-    """A private folder in ``into`` holding ``db``, a hard link to the very file a walk
-    found, and links to its sidecars as they are now, all made from the file's folder's
-    descriptor (held open).  ``state``: "pinned", "elsewhere" (no link can be made
-    there: another file system) or "changed" (the file is no longer the walk's)."""
-
-    def __init__(self, source: str | Path, rel: str, st: os.stat_result, into: Path) -> None:
-        self.dir: Path | None = None
-        self.sides: dict[str, Ident | None] = {}
-        self.dfd = -1
-        try:
-            self.dfd, self.name = open_parent(_root_of(source, rel), rel)
-        except OSError:
-            self.state = "changed"
-            return
-        self.dir = Path(tempfile.mkdtemp(prefix="pin-", dir=into))
-        self.state = self._link(st)
-
-    def _link(self, st: os.stat_result) -> str:
-        assert self.dir is not None
-        try:
-            # (no AT_SYMLINK_FOLLOW: a link swapped in is linked as the link it is)
-            os.link(self.name, self.dir / "db", src_dir_fd=self.dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            return "changed"
-        except OSError:
-            return "elsewhere"
-        if ident(os.lstat(self.dir / "db")) != ident(st):
-            return "changed"
-        for s in SQLITE_SIDECARS:
-            try:
-                os.link(
-                    self.name + s, self.dir / f"db{s}", src_dir_fd=self.dfd, follow_symlinks=False
-                )
-            except FileNotFoundError:
-                self.sides[s] = None
-                continue
-            except OSError:
-                return "elsewhere"  # a sidecar it cannot see would be a snapshot without it
-            got = os.lstat(self.dir / f"db{s}")
-            self.sides[s] = ident(got)
-            if not stat.S_ISREG(got.st_mode):
-                os.unlink(self.dir / f"db{s}")  # a link is never followed
-        return "pinned"
-
-    def same_sidecars(self) -> bool:
-        """Whether the sidecars beside the database are still those linked (a writer that
-        made a log of its own meanwhile may have changed pages SQLite read here)."""
-        for s, was in self.sides.items():
-            try:
-                now: Ident | None = ident(
-                    os.stat(self.name + s, dir_fd=self.dfd, follow_symlinks=False)
-                )
-            except FileNotFoundError:
-                now = None
-            except OSError:
-                return False
-            if now != was:
-                return False
-        return True
-
-    def close(self) -> None:
-        if self.dir is not None:
-            rmtree(self.dir)
-        if self.dfd >= 0:
-            os.close(self.dfd)
-
-
-def _backup(db: str | Path, into: Path) -> Path | None:
-    fd, name = tempfile.mkstemp(prefix="snap-", suffix=".sqlite", dir=into)
-    os.close(fd)
-    dest = Path(name)
-    try:
-        src = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            dst = sqlite3.connect(dest)
-            try:
-                src.backup(dst)
-            finally:
-                dst.close()
-        finally:
-            src.close()
-    except sqlite3.Error:
-        dest.unlink(missing_ok=True)
-        return None
-    return dest
-
-
-def sqlite_snapshot(
-    path: str | Path, into: Path, rel: str = "", st: os.stat_result | None = None
-) -> Path | None:
-    """A consistent copy of a live database in ``into``, through SQLite's online backup
-    API; None when SQLite cannot read it as one (a damaged file that only starts like a
-    database, or a sidecar name taken by a folder), or when it is no longer the file a
-    walk found at ``rel`` (``st``): such a file travels as its bytes, read as any other.
-
-    With ``rel`` and ``st``, SQLite reads the very file the walk found (see the module's
-    docstring); without them, the file at ``path``."""
-    if not rel or st is None:
-        return _backup(path, into)
-    pin = _Pin(path, rel, st, into)
-    try:
-        if pin.state == "changed":
-            return None
-        if pin.state == "pinned":
-            assert pin.dir is not None
-            snap = _backup(pin.dir / "db", into)
-            if snap is not None and not pin.same_sidecars():
-                snap.unlink()
-                return None
-            return snap
-    finally:
-        pin.close()
-    if not leads_to(path, rel, st):
-        return None
-    snap = _backup(path, into)
-    if snap is not None and not leads_to(path, rel, st):
-        snap.unlink(missing_ok=True)
-        return None
-    return snap
 
 
 # ---- walking ------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from lnk.payload.pinned import SQLITE_MAGIC, open_file, open_walked, sqlite_snapshot
+from lnk.payload.pinned import SQLITE_MAGIC, open_file, open_walked
+from lnk.payload.snapshots import sqlite_snapshot
 
 SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
 READ_CHUNK = 1 << 20

@@ -30,6 +30,7 @@ from lnk.payload import manifest as M
 from lnk.payload.bulk_base import keep_as_base
 from lnk.payload.placed import remember_placed
 from lnk.payload.receivers import Receiver, open_receiver, prepare
+from lnk.payload.snapshots import copy_database
 from lnk.payload.staging import Stage, disk_full
 from lnk.payload.walk import SQLITE_SIDECARS
 
@@ -383,15 +384,7 @@ def _take_cache(src: Path, dst: Path) -> None:
 
 def _copy_cache(src: Path, dst: Path) -> None:
     # (read-write: a journal left beside it is rolled back first; the file goes anyway)
-    a = sqlite3.connect(src)
-    try:
-        b = sqlite3.connect(dst)
-        try:
-            a.backup(b)
-        finally:
-            b.close()
-    finally:
-        a.close()
+    copy_database(src, dst, read_only=False)
 
 
 def _kept_base(r: Any, agent_root: Path) -> str | None:

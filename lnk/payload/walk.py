@@ -26,11 +26,11 @@ from lnk.payload.pinned import (
     Way,
     sha256_file,
     sha256_walked,
-    sqlite_snapshot,
     starts_as_sqlite,
 )
 from lnk.payload.pinned import SQLITE_MAGIC as SQLITE_MAGIC
 from lnk.payload.pinned import SQLITE_SIDECARS as SQLITE_SIDECARS
+from lnk.payload.snapshots import sqlite_snapshot
 
 
 @dataclass(slots=True)
@@ -196,95 +196,76 @@ def walk_dir(
     except OSError:
         way = None  # gone, or no longer that folder, since its lstat
     try:
-        yield from _walk_way(way, path, rel, st, cache, stats, groups, snap_dir,
-                             hash_files, links, sqlite, ends, keep)  # fmt: skip
+        stack = [_Frame(rel, stat.S_IMODE(st.st_mode), str(path), ends, way)]
+        while stack:
+            fr = stack[-1]
+            e = next(fr.it, None)
+            if e is None:
+                stack.pop()
+                if stack and fr.entered:
+                    assert way is not None
+                    if not way.up():
+                        # the folder above cannot be found as it was: nothing more of it
+                        stack[-1].ok = False
+                        stack[-1].it = iter(())
+                if ends:
+                    digest = fr.digest()
+                    if stack:
+                        up = stack[-1]
+                        if digest:
+                            name = fr.rel.rpartition("/")[2]
+                            up.line(dir_line(name, fr.mode, digest))
+                        else:
+                            up.ok = False
+                    yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest, skipped=tuple(fr.skipped))
+                continue
+            name, est = e
+            erel = f"{fr.rel}/{name}"
+            epath = f"{fr.path}/{name}"
+            if stat.S_ISLNK(est.st_mode):
+                target = way.readlink(name) if links and way is not None else None
+                if target is None:
+                    stats.skipped_links += 1
+                    fr.ok = False
+                else:
+                    stats.links += 1
+                    fr.line(link_line(name, target))
+                    yield WalkedFile(erel, "l", 0o777, target=target, st=est)
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                stats.folders += 1
+                mode = stat.S_IMODE(est.st_mode)
+                kept = keep(erel) if keep is not None else ""
+                if kept:
+                    yield WalkedFile(erel, "d", mode, kept=kept, st=est)
+                    continue
+                yield WalkedFile(erel, "d", mode, st=est)
+                there = way is not None and way.down(name, est)
+                stack.append(_Frame(erel, mode, epath, ends, way if there else None))
+                continue
+            if not stat.S_ISREG(est.st_mode):
+                stats.skipped_special += 1  # never carried, never deleted: not in a digest
+                if ends:
+                    fr.skipped.append((name, est))
+                continue
+            if name.endswith(SQLITE_SIDECARS) and any(
+                name.endswith(s) and fr.has(name[: -len(s)]) for s in SQLITE_SIDECARS
+            ):
+                fr.ok = False
+                continue  # folded into the database's snapshot
+            # a database with a write-ahead log beside it may have changed with its stat
+            # unchanged (the log holds the commits until a checkpoint): no cache vouches for it
+            wal = fr.has(name + "-wal")
+            f = _file(epath, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite, wal)
+            sha = f.sha256 or (EMPTY_SHA if f.size == 0 else "")
+            if not sha or f.snapshot or f.group is not None:
+                fr.ok = False
+            else:
+                fr.line(file_line(name, f.mode, f.size, f.mtime_ns, sha))
+            yield f
     finally:
         if way is not None:
             way.close()
-
-
-def _walk_way(
-    way: Way | None,
-    path: Path,
-    rel: str,
-    st: os.stat_result,
-    cache: HashCache,
-    stats: WalkStats,
-    groups: dict[tuple[int, int, bool], int],
-    snap_dir: Path | None,
-    hash_files: bool,
-    links: bool,
-    sqlite: bool,
-    ends: bool,
-    keep: Callable[[str], str] | None,
-) -> Iterator[WalkedFile]:
-    stack = [_Frame(rel, stat.S_IMODE(st.st_mode), str(path), ends, way)]
-    while stack:
-        fr = stack[-1]
-        e = next(fr.it, None)
-        if e is None:
-            stack.pop()
-            if stack and fr.entered:
-                assert way is not None
-                if not way.up():
-                    # the folder above cannot be found as it was: nothing more of it
-                    stack[-1].ok = False
-                    stack[-1].it = iter(())
-            if ends:
-                digest = fr.digest()
-                if stack:
-                    up = stack[-1]
-                    if digest:
-                        name = fr.rel.rpartition("/")[2]
-                        up.line(dir_line(name, fr.mode, digest))
-                    else:
-                        up.ok = False
-                yield WalkedFile(fr.rel, "e", fr.mode, sha256=digest, skipped=tuple(fr.skipped))
-            continue
-        name, est = e
-        erel = f"{fr.rel}/{name}"
-        epath = f"{fr.path}/{name}"
-        if stat.S_ISLNK(est.st_mode):
-            target = way.readlink(name) if links and way is not None else None
-            if target is None:
-                stats.skipped_links += 1
-                fr.ok = False
-            else:
-                stats.links += 1
-                fr.line(link_line(name, target))
-                yield WalkedFile(erel, "l", 0o777, target=target, st=est)
-            continue
-        if stat.S_ISDIR(est.st_mode):
-            stats.folders += 1
-            mode = stat.S_IMODE(est.st_mode)
-            kept = keep(erel) if keep is not None else ""
-            if kept:
-                yield WalkedFile(erel, "d", mode, kept=kept, st=est)
-                continue
-            yield WalkedFile(erel, "d", mode, st=est)
-            there = way is not None and way.down(name, est)
-            stack.append(_Frame(erel, mode, epath, ends, way if there else None))
-            continue
-        if not stat.S_ISREG(est.st_mode):
-            stats.skipped_special += 1  # never carried, never deleted: not in a digest
-            if ends:
-                fr.skipped.append((name, est))
-            continue
-        if name.endswith(SQLITE_SIDECARS) and any(
-            name.endswith(s) and fr.has(name[: -len(s)]) for s in SQLITE_SIDECARS
-        ):
-            fr.ok = False
-            continue  # folded into the database's snapshot
-        # a database with a write-ahead log beside it may have changed with its stat
-        # unchanged (the log holds the commits until a checkpoint): no cache vouches for it
-        wal = fr.has(name + "-wal")
-        f = _file(epath, erel, est, cache, stats, groups, snap_dir, hash_files, sqlite, wal)
-        sha = f.sha256 or (EMPTY_SHA if f.size == 0 else "")
-        if not sha or f.snapshot or f.group is not None:
-            fr.ok = False
-        else:
-            fr.line(file_line(name, f.mode, f.size, f.mtime_ns, sha))
-        yield f
 
 
 def _file(

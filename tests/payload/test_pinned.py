@@ -20,6 +20,7 @@ from payload_helpers import load_agent, make_agent, prepare, receive_bytes, send
 from lnk.agents.layout import Machine
 from lnk.payload import pinned as P
 from lnk.payload import send as send_module
+from lnk.payload import snapshots as S
 from lnk.payload.digests import regular_files, tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
@@ -286,14 +287,14 @@ def test_a_database_is_snapshotted_as_the_very_file_the_walk_found(tmp_path: Pat
         st = os.lstat(db_path)
         into = tmp_path / "snaps"
         into.mkdir()
-        snap = P.sqlite_snapshot(db_path, into, "Agent/state/state.db", st)
+        snap = S.sqlite_snapshot(db_path, into, "Agent/state/state.db", st)
         assert snap is not None and rows_of(snap) == ["in the log"]  # through its log
         assert sorted(os.listdir(into)) == [snap.name]  # no pin left behind
         # its folder swapped for a link to another database of the same name
         out = tmp_path / "outside"
         make_db(out / "state.db", ["the machine's"]).close()
         swap_for_link(db_path.parent, out)
-        assert P.sqlite_snapshot(db_path, into, "Agent/state/state.db", st) is None
+        assert S.sqlite_snapshot(db_path, into, "Agent/state/state.db", st) is None
     finally:
         live.close()
 
@@ -309,7 +310,7 @@ def test_a_sidecar_that_is_a_link_is_never_followed(tmp_path: Path) -> None:
         os.symlink(Path(f"{other}-wal"), Path(f"{db_path}-wal"))
         into = tmp_path / "snaps"
         into.mkdir()
-        snap = P.sqlite_snapshot(db_path, into, "Agent/state.db", os.lstat(db_path))
+        snap = S.sqlite_snapshot(db_path, into, "Agent/state.db", os.lstat(db_path))
         assert snap is not None and rows_of(snap) == ["mine"]
     finally:
         keep.close()
@@ -332,18 +333,18 @@ def test_where_no_pin_can_be_made_the_path_is_checked_before_and_after(
     monkeypatch.setattr(os, "link", no_link)
     into = tmp_path / "snaps"
     into.mkdir()
-    snap = P.sqlite_snapshot(db_path, into, "Agent/s/state.db", st)
+    snap = S.sqlite_snapshot(db_path, into, "Agent/s/state.db", st)
     assert snap is not None and rows_of(snap) == ["mine"]
     out = tmp_path / "outside"
     make_db(out / "state.db", ["the machine's"]).close()
-    real_backup = P._backup
+    real_backup = S._backup
 
     def swapped_during(db: str | Path, into: Path) -> Path | None:
         swap_for_link(db_path.parent, out)  # as SQLite opens it
         return real_backup(db, into)
 
-    monkeypatch.setattr(P, "_backup", swapped_during)
-    assert P.sqlite_snapshot(db_path, into, "Agent/s/state.db", st) is None
+    monkeypatch.setattr(S, "_backup", swapped_during)
+    assert S.sqlite_snapshot(db_path, into, "Agent/s/state.db", st) is None
     assert [p for p in into.iterdir() if p.name != snap.name] == []  # none kept
     monkeypatch.setattr(os, "link", real_link)
 
@@ -359,13 +360,13 @@ def test_a_log_made_beside_the_database_during_its_snapshot_voids_it(
     st = os.lstat(db_path)
     into = tmp_path / "snaps"
     into.mkdir()
-    real_backup = P._backup
+    real_backup = S._backup
 
     def writer_arrives(db: str | Path, into: Path) -> Path | None:
         got = real_backup(db, into)
         write(Path(f"{db_path}-wal"), b"")
         return got
 
-    monkeypatch.setattr(P, "_backup", writer_arrives)
-    assert P.sqlite_snapshot(db_path, into, "Agent/state.db", st) is None
+    monkeypatch.setattr(S, "_backup", writer_arrives)
+    assert S.sqlite_snapshot(db_path, into, "Agent/state.db", st) is None
     assert list(into.iterdir()) == []
