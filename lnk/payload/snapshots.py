@@ -47,7 +47,7 @@ class _Pin:
             os.link(self.name, self.dir / "db", src_dir_fd=self.dfd, follow_symlinks=False)
         except FileNotFoundError:
             return "changed"
-        except OSError:
+        except (OSError, NotImplementedError):  # (no linkat on this system)
             return "elsewhere"
         if ident(os.lstat(self.dir / "db")) != ident(st):
             return "changed"
