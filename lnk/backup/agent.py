@@ -7,7 +7,6 @@ with its layout, pruned after it when retention rules are given.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from lnk.harnesses.setup import checked_state
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import agent_head
 from lnk.payload.hashcache import HashCache
+from lnk.payload.workdir import WorkDir
 from lnk.transport.buckets import Bucket, open_bucket
 
 
@@ -97,9 +97,8 @@ def backup_agent(
                 f"lnk bucket label {url}"
             )
     head = agent_head(agent, "full")
-    # (where a database is snapshotted through a hard link: lnk/payload/pinned.py)
-    agent.runtime.mkdir(parents=True, exist_ok=True)
-    snap_dir = tempfile.mkdtemp(prefix="lnk-backup-", dir=agent.runtime)
+    work = WorkDir(agent.runtime, "lnk-backup-")  # (beside the agent's files: workdir.py)
+    snap_dir = str(work.path)
     cache = HashCache(agent.runtime / "hashes.sqlite")
     chunks = ChunkCache(agent.runtime / "backup-chunks.sqlite", repo.id)
     entries = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
@@ -142,7 +141,7 @@ def backup_agent(
         entries.close()
         cache.close()
         chunks.close()
-        shutil.rmtree(snap_dir, ignore_errors=True)
+        work.close()
     if keep:
         report.pruned = prune(repo, keep, agents={s.id})  # this agent's alone
     return report

@@ -9,11 +9,9 @@ The FILES and DATA records are ``send_files.py``'s; this module runs the send.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import BinaryIO
 
 from lnk.agents.registry import Agent
@@ -31,6 +29,7 @@ from lnk.payload.send_files import FileSender, SendReport
 from lnk.payload.spool import send_spool, spool_collections
 from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkStats, walk_agent
+from lnk.payload.workdir import WorkDir
 
 # threads reading and hashing files: the system calls and hashlib free the GIL, but each
 # handing it on costs a wake-up; 2 measured ahead of 4 and of 1 (bench/README.md)
@@ -70,10 +69,8 @@ def send_agent(
         out, recipient, {"kind": "lnk-move", "phase": phase}, level=level, workers=workers
     )
     report = SendReport(writer.stream_id.hex(), phase)
-    # beside the agent's files (its runtime folder, on the same file system as a rule):
-    # a database is snapshotted through a hard link to the very file walked (pinned.py)
-    agent.runtime.mkdir(parents=True, exist_ok=True)
-    snap_dir = Path(tempfile.mkdtemp(prefix="lnk-send-", dir=agent.runtime))
+    work = WorkDir(agent.runtime, "lnk-send-")  # (beside the agent's files: workdir.py)
+    snap_dir = work.path
     cache = HashCache(agent.runtime / "hashes.sqlite")
     stats = WalkStats()
     spool = tempfile.TemporaryFile(dir=snap_dir)  # noqa: SIM115 - closed below
@@ -147,5 +144,5 @@ def send_agent(
         readers.shutdown(wait=True, cancel_futures=True)
         spool.close()
         cache.close()
-        shutil.rmtree(snap_dir, ignore_errors=True)
+        work.close()
     return report
