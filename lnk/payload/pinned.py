@@ -120,6 +120,7 @@ def sha256_walked(source: str | Path, rel: str, st: os.stat_result | None) -> st
 
 
 def starts_as_sqlite(source: str | Path, rel: str, st: os.stat_result | None) -> bool:
+    """Whether the file a walk found starts as a SQLite database (False: none there)."""
     try:
         fd, _ = open_walked(source, rel, st)
     except OSError:

@@ -37,8 +37,12 @@ class _Pin:
         except OSError:
             self.state = "changed"
             return
-        self.dir = Path(tempfile.mkdtemp(prefix="pin-", dir=into))
-        self.state = self._link(st)
+        try:
+            self.dir = Path(tempfile.mkdtemp(prefix="pin-", dir=into))
+            self.state = self._link(st)
+        except BaseException:
+            self.close()
+            raise
 
     def _link(self, st: os.stat_result) -> str:
         assert self.dir is not None
