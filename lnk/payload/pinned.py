@@ -99,24 +99,32 @@ def leads_to(source: str | Path, rel: str, st: os.stat_result) -> bool:
 
 def sha256_file(path: str | Path) -> str:
     """The SHA-256 of a file of lnk's own (a private snapshot)."""
-    fd = open_file(path)
-    return _sha256_fd(fd)
+    sha = _sha256_fd(open_file(path), False)
+    assert sha is not None
+    return sha
 
 
-def _sha256_fd(fd: int) -> str:
+def _sha256_fd(fd: int, unless_sqlite: bool) -> str | None:
     h = hashlib.sha256()
     with os.fdopen(fd, "rb", buffering=0) as f:
         buf = bytearray(READ_CHUNK)
         view = memoryview(buf)
+        first = True
         while n := f.readinto(buf):
+            if first and unless_sqlite and view[:16] == SQLITE_MAGIC:
+                return None
+            first = False
             h.update(view[:n])
     return h.hexdigest()
 
 
-def sha256_walked(source: str | Path, rel: str, st: os.stat_result | None) -> str:
-    """The SHA-256 of the file a walk found (:func:`open_walked`)."""
+def sha256_walked(
+    source: str | Path, rel: str, st: os.stat_result | None, unless_sqlite: bool = False
+) -> str | None:
+    """The SHA-256 of the file a walk found (:func:`open_walked`); with ``unless_sqlite``,
+    None (nothing more read) if it starts as a SQLite database."""
     fd, _ = open_walked(source, rel, st)
-    return _sha256_fd(fd)
+    return _sha256_fd(fd, unless_sqlite)
 
 
 def starts_as_sqlite(source: str | Path, rel: str, st: os.stat_result | None) -> bool:

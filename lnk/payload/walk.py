@@ -293,8 +293,17 @@ def _file(
             group = groups[key] = len(groups)
     # a cache hit was hashed as a plain file with this very stat: not SQLite, not read
     sha = None if wal else cache.lookup(rel, st)
+    db = sqlite and sha is None and st.st_size >= 16  # a database? its first bytes tell
     snap = None
-    if sqlite and sha is None and st.st_size >= 16 and starts_as_sqlite(path, rel, st):
+    if sha is None and hash_files:
+        # one open: the first bytes say whether it is a database, the rest is hashed
+        sha = _hashed(path, rel, st, stats, cache, db)
+        if sha is None:
+            assert snap_dir is not None
+            snap = sqlite_snapshot(path, snap_dir, rel, st)
+            if snap is None:  # not one SQLite can read: its bytes as they are
+                sha = _hashed(path, rel, st, stats, cache, False)
+    elif db and starts_as_sqlite(path, rel, st):
         assert snap_dir is not None
         snap = sqlite_snapshot(path, snap_dir, rel, st)
     if snap is not None:
@@ -305,17 +314,30 @@ def _file(
         return WalkedFile(
             rel, "f", mode, size, sha256_file(snap), st.st_mtime_ns, group, first, snap, True
         )
-    if sha is None and not hash_files:
-        sha = ""
-    elif sha is None:
-        try:
-            sha = sha256_walked(path, rel, st)
-        except OSError as e:
-            if e.errno not in GONE:
-                raise
-            sha = ""  # gone, or a link on its way now: not known (its folder: no digest)
-        else:
-            stats.hashed_bytes += st.st_size
-            cache.store(rel, st, sha)
     stats.bytes += st.st_size
-    return WalkedFile(rel, "f", mode, st.st_size, sha, st.st_mtime_ns, group, first, path, st=st)
+    return WalkedFile(
+        rel, "f", mode, st.st_size, sha or "", st.st_mtime_ns, group, first, path, st=st
+    )
+
+
+def _hashed(
+    path: Path | str,
+    rel: str,
+    st: os.stat_result,
+    stats: WalkStats,
+    cache: HashCache,
+    unless_sqlite: bool,
+) -> str | None:
+    """The file's SHA-256, remembered; "" if it is gone or a link is on its way now (not
+    known: its folder gets no digest); None, nothing more read, if ``unless_sqlite`` and
+    it starts as a SQLite database."""
+    try:
+        sha = sha256_walked(path, rel, st, unless_sqlite)
+    except OSError as e:
+        if e.errno not in GONE:
+            raise
+        return ""
+    if sha is not None:
+        stats.hashed_bytes += st.st_size
+        cache.store(rel, st, sha)
+    return sha

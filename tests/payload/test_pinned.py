@@ -8,6 +8,7 @@ carried by a move or a backup it can then read back."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from lnk.payload import send as send_module
 from lnk.payload import snapshots as S
 from lnk.payload.digests import regular_files, tree_digests
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import WalkedFile, WalkStats, walk_agent
+from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, WalkStats, walk_agent
 
 SECRET = b"the machine's own secret\n"
 
@@ -374,3 +375,39 @@ def test_a_log_made_beside_the_database_during_its_snapshot_voids_it(
     monkeypatch.setattr(S, "_backup", writer_arrives)
     assert S.sqlite_snapshot(db_path, into, "Agent/state.db", st) is None
     assert list(into.iterdir()) == []
+
+
+def test_a_hashing_walk_opens_each_file_once_and_still_tells_databases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its first bytes say whether a file is a database, its rest is hashed, from one
+    open; a database goes as its snapshot, and a file that only starts like one (SQLite
+    cannot read it) as its bytes."""
+    root = tmp_path / "agent"
+    for n in range(5):
+        write(root / "Home" / f"f{n}.txt", b"plain text, long enough %d\n" % n)
+    make_db(root / "Home" / "state.db", ["mine"]).close()
+    fake = write(root / "Home" / "fake.db", SQLITE_MAGIC + b"not a database at all" * 10)
+    opened: list[str] = []
+    real = P.open_file
+
+    def spy(path: str | bytes | Path) -> int:
+        opened.append(os.fsdecode(path))
+        return real(path)
+
+    (tmp_path / "snaps").mkdir()
+    monkeypatch.setattr(P, "open_file", spy)
+    walked = {
+        f.rel: f
+        for f in walk_agent(root, HashCache(None), WalkStats(), tmp_path / "snaps")
+        if f.kind == "f"
+    }
+    for n in range(5):
+        assert opened.count(str(root / "Home" / f"f{n}.txt")) == 1
+        assert (
+            walked[f"Home/f{n}.txt"].sha256
+            == hashlib.sha256(b"plain text, long enough %d\n" % n).hexdigest()
+        )
+    assert walked["Home/state.db"].snapshot
+    assert not walked["Home/fake.db"].snapshot
+    assert walked["Home/fake.db"].sha256 == hashlib.sha256(fake.read_bytes()).hexdigest()
