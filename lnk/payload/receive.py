@@ -367,24 +367,20 @@ def _take_cache(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     for side in SQLITE_SIDECARS:  # (another file's log or journal would be read as its own)
         Path(f"{dst}{side}").unlink(missing_ok=True)
+    # (a copy read-write: a journal left beside it is rolled back first)
     if any(Path(f"{src}{side}").exists() for side in ("-wal", "-journal")):
-        _copy_cache(src, dst)
+        copy_database(src, dst, read_only=False)
     else:
         try:
             os.replace(src, dst)
         except OSError:  # another file system
-            _copy_cache(src, dst)
+            copy_database(src, dst, read_only=False)
     b = sqlite3.connect(dst)
     try:
         kept.drop_notes(b)  # the kept folder's own notes
         b.commit()
     finally:
         b.close()
-
-
-def _copy_cache(src: Path, dst: Path) -> None:
-    # (read-write: a journal left beside it is rolled back first; the file goes anyway)
-    copy_database(src, dst, read_only=False)
 
 
 def _kept_base(r: Any, agent_root: Path) -> str | None:
