@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import zstandard
 
-from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
+from lnk.payload.cachedb import COMMIT_EVERY, CacheDB, insert_rows
 
 
 class ChunkCache(CacheDB):
@@ -94,7 +94,7 @@ class ChunkCache(CacheDB):
         if not rows or self.db is None:
             return
         try:
-            self.db.executemany("INSERT OR REPLACE INTO f VALUES (?,?,?,?,?,?,?,?)", rows)
+            insert_rows(self.db, "INSERT OR REPLACE INTO f", 8, rows)
         except sqlite3.OperationalError:  # locked by another writer: these are dropped
             self.drop()
         else:

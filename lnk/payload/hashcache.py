@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from lnk.payload.cachedb import COMMIT_EVERY, CacheDB
+from lnk.payload.cachedb import COMMIT_EVERY, CacheDB, insert_rows
 
 DIGEST = re.compile("[0-9a-f]{64}")
 
@@ -140,9 +140,11 @@ class HashCache(CacheDB):
         if (self._rows or self._folders) and self.db is not None:
             written = len(self._rows) + len(self._folders)
             try:
-                self.db.executemany("INSERT OR REPLACE INTO h2 VALUES (?,?,?,?,?,?,?)", self._rows)
-                self.db.executemany(
-                    "INSERT OR REPLACE INTO dg VALUES (?,?,?,?)",
+                insert_rows(self.db, "INSERT OR REPLACE INTO h2", 7, self._rows)
+                insert_rows(
+                    self.db,
+                    "INSERT OR REPLACE INTO dg",
+                    4,
                     [(rel, *row) for rel, row in self._folders.items()],
                 )
             except sqlite3.OperationalError:  # locked by another writer: these are dropped

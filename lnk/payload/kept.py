@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lnk.payload.cachedb import insert_rows
 from lnk.payload.digests import regular_files, sidecar
 from lnk.payload.hashcache import HashCache
 from lnk.payload.manifest import under
@@ -87,7 +88,7 @@ class SentListing:
     def _flush(self) -> None:
         if self.ok and self.rows and self.cache.db is not None:
             try:
-                self.cache.db.executemany(f"INSERT OR REPLACE INTO {SENT} VALUES (?,?)", self.rows)
+                insert_rows(self.cache.db, f"INSERT OR REPLACE INTO {SENT}", 2, self.rows)
             except sqlite3.OperationalError:
                 self.ok = False
         self.rows = []
@@ -147,9 +148,9 @@ def record_left(kept: Path, cache_path: Path) -> None:
         for rel, st in regular_files(kept):
             rows.append((rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
             if len(rows) >= 5000:
-                con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
+                insert_rows(con, f"INSERT INTO {LEFT}", 5, rows)
                 rows.clear()
-        con.executemany(f"INSERT INTO {LEFT} VALUES (?,?,?,?,?)", rows)
+        insert_rows(con, f"INSERT INTO {LEFT}", 5, rows)
         con.commit()
     finally:
         con.close()

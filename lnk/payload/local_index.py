@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lnk.agents.stores import log_tails
+from lnk.payload.cachedb import insert_rows
 from lnk.payload.digests import index_tree
 from lnk.payload.folders import WHOLE_MAX
 from lnk.payload.hashcache import HashCache
@@ -52,11 +53,11 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
         def note(rows: list[tuple[str, str, str]]) -> None:
             files.extend(rows)
             if len(files) >= 5000:
-                con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+                insert_rows(con, "INSERT INTO c", 3, files)
                 files.clear()
 
         digests, counts = index_tree(agent_root, cache, snap, note, RowsFromCache(con))
-        con.executemany("INSERT INTO c VALUES (?,?,?)", files)
+        insert_rows(con, "INSERT INTO c", 3, files)
         folders = sizes_of(digests)  # the folders with a digest inside each
         con.executemany(
             "INSERT OR REPLACE INTO d VALUES (?,?,?)",

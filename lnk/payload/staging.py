@@ -26,6 +26,7 @@ from lnk.collections import CollectionId, Store
 from lnk.errors import Refused, TransportError
 from lnk.payload import manifest as M
 from lnk.payload import safefs
+from lnk.payload.cachedb import insert_rows
 from lnk.payload.receivers import Receiver
 from lnk.payload.stage_collections import CollectionStaging
 from lnk.payload.stage_held import HeldStaging
@@ -228,16 +229,18 @@ class Stage(HeldStaging, CollectionStaging):
     def _insert(self, rows: list[tuple[Any, ...]]) -> None:
         """Add entries to the stream's list; the first whose path (or its case- and
         Unicode-folded form) is there already is refused by name."""
+        head = "INSERT INTO e (i, path, fold, kind, mode, size, sha, grp, mtime, placed)"
         try:
-            self.db.executemany(
-                "INSERT INTO e (i, path, fold, kind, mode, size, sha, grp, mtime, placed) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
+            insert_rows(self.db, head, 10, rows)
         except sqlite3.IntegrityError:
-            # the rows before the one refused are in: that one is the first not there
+            # the statements before the one refused are in, none of its rows: that one's
+            # rows again one at a time, and the first refused is named
             for row in rows:
-                if self.db.execute("SELECT 1 FROM e WHERE i=?", (row[0],)).fetchone() is None:
+                if self.db.execute("SELECT 1 FROM e WHERE i=?", (row[0],)).fetchone():
+                    continue
+                try:
+                    self.db.execute(f"{head} VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+                except sqlite3.IntegrityError:
                     raise M.bad(
                         f"{row[1]!r} appears twice, or differs from another path only by "
                         "case or Unicode normalisation"

@@ -77,3 +77,37 @@ def test_rows_held_are_seen_by_the_next_folders_query_before_any_commit(tmp_path
     again = HashCache(path, readonly=True)
     assert again.lookup("Home/x/a.txt", st) == "a" * 64  # committed at the close
     again.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 499, 500, 501, 1234])
+def test_insert_rows_puts_in_every_row_as_executemany_would(n: int) -> None:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (i INT PRIMARY KEY, s TEXT, b BLOB)")
+    rows = [(i, f"name {i}", bytes([i % 256])) for i in range(n)]
+    cachedb.insert_rows(db, "INSERT INTO t", 3, iter(rows))  # any iterable, once
+    assert db.execute("SELECT i, s, b FROM t ORDER BY i").fetchall() == rows
+
+
+def test_insert_rows_keeps_within_the_connections_limit_of_values() -> None:
+    db = sqlite3.connect(":memory:")
+    db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 10)  # three rows of three a statement
+    db.execute("CREATE TABLE t (a INT, b INT, c INT)")
+    rows = [(i, i + 1, i + 2) for i in range(11)]
+    cachedb.insert_rows(db, "INSERT INTO t", 3, rows)
+    assert db.execute("SELECT a, b, c FROM t ORDER BY a").fetchall() == rows
+
+
+def test_insert_rows_refuses_a_row_of_another_width_before_it_shifts_the_values() -> None:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (a INT, b INT)")
+    with pytest.raises(ValueError, match="a row of 3 values for 2 columns"):
+        cachedb.insert_rows(db, "INSERT INTO t", 2, [(1, 2), (3, 4, 5), (6, 7)])
+
+
+def test_insert_rows_refused_leaves_the_refused_statements_rows_out() -> None:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.execute("CREATE TABLE t (i INT PRIMARY KEY)")
+    rows = [(i,) for i in range(cachedb.ROWS_AT_ONCE)] + [(5,)]  # the 2nd statement's dup
+    with pytest.raises(sqlite3.IntegrityError):
+        cachedb.insert_rows(db, "INSERT INTO t", 1, rows)
+    assert db.execute("SELECT COUNT(*) FROM t").fetchone()[0] == cachedb.ROWS_AT_ONCE

@@ -246,6 +246,17 @@ def test_a_path_twice_is_refused_by_name(dest: Dest, lists: list[list[dict[str, 
     assert "'Home/x'" in msg or "'Home/X'" in msg
 
 
+@pytest.mark.parametrize(("n", "again"), [(20, 10), (700, 650), (700, 3)])
+def test_a_path_twice_in_a_long_list_is_refused_by_the_later_name(
+    dest: Dest, n: int, again: int
+) -> None:
+    """The list goes in a few hundred rows a statement: whichever statement the second
+    name falls in, or the first, it is the one named."""
+    entries = [fentry(f"Home/f{i}", b"") for i in range(n)] + [fentry(f"Home/F{again}", b"")]
+    msg = dest.refuse(_lists(dest, entries), StreamError, "appears twice")
+    assert f"'Home/F{again}' appears twice" in msg
+
+
 @pytest.mark.parametrize(
     ("lists", "match"),
     [
