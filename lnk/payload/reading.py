@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from lnk.payload.pinned import SQLITE_MAGIC, open_file, open_walked
+from lnk.payload.pinned import SQLITE_MAGIC, ident, open_file, open_walked
 from lnk.payload.snapshots import sqlite_snapshot
 
 SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
@@ -60,6 +60,10 @@ def read_settled(
     a regular file (never followed if a link).  The last read is returned with
     ``settled=False`` if the file changed every time.
     """
+    if keep and rel and st is not None:
+        quick = _read_as_walked(path, st)
+        if quick is not None:
+            return quick
     last: Read | None = None
     for attempt in range(tries):
         if attempt:
@@ -114,6 +118,38 @@ def read_settled(
         if last.settled:
             return last
     return last
+
+
+def _read_as_walked(path: Path | str, st: os.stat_result) -> Read | None:
+    """A small file read in one go, the walk's lstat ``st`` standing for the stat before
+    the read: opened by its path, at most its walked size and one byte read, then its
+    ``fstat``.  Taken only if that shows the very file the walk found (device, inode),
+    a regular file, unchanged since the walk (so unchanged while read), and all its
+    bytes read; else None, and the file is read the long way (a stat before and after,
+    reached through folders only).  One system call, and one hand-off of the GIL to the
+    other threads, fewer a file: a send reads 100,000 small files."""
+    t0 = time.time_ns()
+    try:
+        fd = open_file(path)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, st.st_size + 1)  # never more, whatever was opened
+        after = os.fstat(fd)
+    except OSError:  # a folder or a fifo swapped in: the long way says what it is
+        return None
+    finally:
+        os.close(fd)
+    if (
+        ident(after) != ident(st)
+        or not stat.S_ISREG(after.st_mode)
+        or not same_stat(st, after)
+        or len(data) != st.st_size
+    ):
+        return None
+    got = Read(data, hashlib.sha256(data).hexdigest(), after, True, data[:16])
+    got.t0 = t0
+    return got
 
 
 class Slot:

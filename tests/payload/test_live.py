@@ -253,3 +253,65 @@ def test_a_file_that_grows_between_its_stat_and_its_read_is_read_again(
     got = R.read_settled(f, keep=True)
     assert got is not None and got.settled
     assert got.data == b"first\nsecond\n"
+
+
+def _walked(tmp_path: Path, data: bytes) -> tuple[Path, os.stat_result]:
+    """A file as a walk finds it: under the agent's folder, with its lstat."""
+    (tmp_path / "Home").mkdir(exist_ok=True)
+    f = tmp_path / "Home" / "f.txt"
+    f.write_bytes(data)
+    return f, os.lstat(f)
+
+
+def test_a_walked_small_file_unchanged_is_read_with_one_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk's lstat stands for the stat before the read: one fstat, after it."""
+    f, st = _walked(tmp_path, b"hello\n")
+    real, calls = os.fstat, []
+    monkeypatch.setattr(os, "fstat", lambda fd: calls.append(fd) or real(fd))
+    got = R.read_settled(f, keep=True, rel="Home/f.txt", st=st)
+    assert got is not None and got.settled and got.data == b"hello\n"
+    assert got.sha == hashlib.sha256(b"hello\n").hexdigest()
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("change", ["grown", "rewritten", "replaced", "fifo", "short reads"])
+def test_a_walked_file_changed_since_its_walk_is_read_as_it_is_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """What the one-go read cannot vouch for is read the long way: never a file's old
+    size of new bytes, never more than its walked size from whatever is opened."""
+    f, st = _walked(tmp_path, b"0123456789")
+    now: bytes | None = b"0123456789"
+    if change == "grown":
+        now = b"0123456789" + b"x" * 100_000
+        with f.open("ab") as w:
+            w.write(now[10:])
+    elif change == "rewritten":  # same inode and size, other bytes, a later ctime
+        now = b"abcdefghij"
+        os.utime(f, ns=(1, 1))
+        with f.open("r+b") as w:
+            w.write(now)
+    elif change == "replaced":  # an editor's save: another inode at the path
+        now = b"new file"
+        (tmp_path / "Home" / "tmp").write_bytes(now)
+        os.rename(tmp_path / "Home" / "tmp", f)
+    elif change == "fifo":
+        now = None
+        f.unlink()
+        os.mkfifo(f)
+    else:
+        real = os.read
+        monkeypatch.setattr(R.os, "read", lambda fd, n: real(fd, min(n, 3)))
+    asked: list[int] = []
+    real_read = R.os.read
+    monkeypatch.setattr(R.os, "read", lambda fd, n: asked.append(n) or real_read(fd, n))
+    got = R.read_settled(f, keep=True, rel="Home/f.txt", st=st)
+    if now is None:
+        assert got is None
+        return
+    assert got is not None and got.settled and got.data == now
+    assert got.sha == hashlib.sha256(now).hexdigest()
+    assert asked[0] == 11  # the one-go read: at most the walked size and one byte
+    assert len(asked) > 1  # then the long way
