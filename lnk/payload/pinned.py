@@ -44,6 +44,16 @@ def ident(st: os.stat_result) -> Ident:
     return st.st_dev, st.st_ino
 
 
+def same_stat(a: os.stat_result, b: os.stat_result) -> bool:
+    """Whether two stats say the same content: inode, size, mtime and ctime."""
+    return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
+        b.st_ino,
+        b.st_size,
+        b.st_mtime_ns,
+        b.st_ctime_ns,
+    )
+
+
 def open_file(path: str | bytes | Path) -> int:
     """Open a file to read its content: never through a link (its last name), and never
     blocking (a fifo swapped in after the walk opens at once, and is then no regular

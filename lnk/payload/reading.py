@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from lnk.payload.pinned import SQLITE_MAGIC, ident, open_file, open_walked
+from lnk.payload.pinned import SQLITE_MAGIC, open_file, open_walked, same_stat
+from lnk.payload.read_process import ReadProcess, read_once
 from lnk.payload.snapshots import sqlite_snapshot
 
 SETTLE_TRIES = 4  # reads of a file that changes while read, before it counts as unsettled
@@ -29,20 +31,16 @@ class Read:
     __slots__ = ("data", "head", "settled", "sha", "snapshot", "st", "t0")
 
     def __init__(
-        self, data: bytes | None, sha: str, st: os.stat_result, settled: bool, head: bytes = b""
+        self,
+        data: bytes | memoryview | None,
+        sha: str,
+        st: os.stat_result,
+        settled: bool,
+        head: bytes = b"",
     ) -> None:
         self.data, self.sha, self.st, self.settled, self.head = data, sha, st, settled, head
         self.snapshot: Path | None = None  # a SQLite database's snapshot, read instead
         self.t0 = 0  # when the read began (time_ns)
-
-
-def same_stat(a: os.stat_result, b: os.stat_result) -> bool:
-    return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
-        b.st_ino,
-        b.st_size,
-        b.st_mtime_ns,
-        b.st_ctime_ns,
-    )
 
 
 def read_settled(
@@ -97,7 +95,7 @@ def read_settled(
                         break
                 whole = b"".join(chunks)
                 head = whole[:16]
-                data: bytes | None = whole
+                data: bytes | memoryview | None = whole
             else:
                 data = None
                 buf = bytearray(READ_CHUNK)
@@ -121,35 +119,18 @@ def read_settled(
 
 
 def _read_as_walked(path: Path | str, st: os.stat_result) -> Read | None:
-    """A small file read in one go, the walk's lstat ``st`` standing for the stat before
-    the read: opened by its path, at most its walked size and one byte read, then its
-    ``fstat``.  Taken only if that shows the very file the walk found (device, inode),
-    a regular file, unchanged since the walk (so unchanged while read), and all its
-    bytes read; else None, and the file is read the long way (a stat before and after,
-    reached through folders only).  One system call, and one hand-off of the GIL to the
-    other threads, fewer a file: a send reads 100,000 small files."""
-    t0 = time.time_ns()
-    try:
-        fd = open_file(path)
-    except OSError:
+    """A small file read in one go (``read_process.read_once``), the walk's lstat ``st``
+    standing for the stat before the read; taken only if unchanged since the walk (so
+    unchanged while read), else None, and the file is read the long way (a stat before
+    and after, reached through folders only).  One system call, and one hand-off of the
+    GIL to the other threads, fewer a file: a send reads 100,000 small files."""
+    got = read_once(path, st)
+    if got is None or not same_stat(st, got[1]):
         return None
-    try:
-        data = os.read(fd, st.st_size + 1)  # never more, whatever was opened
-        after = os.fstat(fd)
-    except OSError:  # a folder or a fifo swapped in: the long way says what it is
-        return None
-    finally:
-        os.close(fd)
-    if (
-        ident(after) != ident(st)
-        or not stat.S_ISREG(after.st_mode)
-        or not same_stat(st, after)
-        or len(data) != st.st_size
-    ):
-        return None
-    got = Read(data, hashlib.sha256(data).hexdigest(), after, True, data[:16])
-    got.t0 = t0
-    return got
+    data, after, t0 = got
+    read = Read(data, hashlib.sha256(data).hexdigest(), after, True, data[:16])
+    read.t0 = t0
+    return read
 
 
 class Slot:
@@ -172,12 +153,13 @@ class Slot:
 
 
 def read_chunk(slots: list[Slot], snap_dir: Path) -> None:
-    """Read a few files (one job for many: a pool's cost per job is paid once).
+    """Read a few files (one job for many: a pool's cost per job is paid once), those a
+    child process did not answer already (``Readers``).
 
     A SQLite database (told by its first bytes) is read as a snapshot taken
     through SQLite's online backup API, never as its live bytes."""
     for slot in slots:
-        got = read_settled(slot.path, slot.keep, rel=slot.rel, st=slot.st)
+        got = slot.got or read_settled(slot.path, slot.keep, rel=slot.rel, st=slot.st)
         if got is not None and got.head == SQLITE_MAGIC:
             snap = sqlite_snapshot(slot.path, snap_dir, slot.rel, got.st)
             if snap is not None:  # else not one SQLite can read: its bytes as they are
@@ -185,3 +167,69 @@ def read_chunk(slots: list[Slot], snap_dir: Path) -> None:
                 if got is not None:
                     got.snapshot = snap
         slot.got = got
+
+
+class Readers:
+    """A send's reading pool: ``workers`` threads, each handing its jobs' small files to a
+    child process of its own (``read_process.py``) once ``start_after`` jobs went by
+    (a send of a few files never pays the start), and reading the rest itself."""
+
+    START_AFTER = 8
+
+    def __init__(self, workers: int, snap_dir: Path, start_after: int | None = None) -> None:
+        self.snap_dir = snap_dir
+        self.start_after = self.START_AFTER if start_after is None else start_after
+        self._pool = ThreadPoolExecutor(workers, "lnk-read")
+        self._mine = threading.local()
+        self._procs: list[ReadProcess] = []
+        self._lock = threading.Lock()
+        self._jobs = 0
+        self._closed = False
+
+    def submit(self, slots: list[Slot]) -> Future[None]:
+        """``slots`` read (each ``Slot.got`` set) by the pool; the future says when."""
+        self._jobs += 1
+        return self._pool.submit(self._job, slots, self._jobs > self.start_after)
+
+    def _job(self, slots: list[Slot], child: bool) -> None:
+        proc = self._proc() if child else None
+        if proc is not None:
+            asked = [s for s in slots if s.keep and s.rel and s.st is not None]
+            job = [(os.fsencode(s.path), s.st) for s in asked if s.st is not None]
+            answers = proc.read(job) if job else None
+            for slot, answer in zip(asked, answers or [None] * len(asked), strict=True):
+                if answer is not None:
+                    data, sha, st, t0 = answer
+                    slot.got = Read(data, sha, st, True, bytes(data[:16]))
+                    slot.got.t0 = t0
+        read_chunk(slots, self.snap_dir)
+
+    def _proc(self) -> ReadProcess | None:
+        proc: ReadProcess | None = getattr(self._mine, "proc", None)
+        if proc is None and not getattr(self._mine, "failed", False):
+            with self._lock:
+                if self._closed:
+                    return None
+                try:
+                    proc = ReadProcess()
+                except OSError:  # no process to start: this thread reads, as before
+                    self._mine.failed = True
+                    return None
+                self._procs.append(proc)
+            self._mine.proc = proc
+        return proc
+
+    @property
+    def pids(self) -> list[int]:
+        """The child processes started so far (for tests)."""
+        with self._lock:
+            return [p.pid for p in self._procs]
+
+    def shutdown(self) -> None:
+        """Jobs not started are dropped, those running finish; then every child ends."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            procs, self._procs = self._procs, []
+        for proc in procs:
+            proc.close()

@@ -25,6 +25,7 @@ from lnk.payload.digests import keeper
 from lnk.payload.hashcache import HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.kept import SentListing
+from lnk.payload.reading import Readers
 from lnk.payload.send_files import FileSender, SendReport
 from lnk.payload.spool import send_spool, spool_collections
 from lnk.payload.unchanged import SinceDigests
@@ -75,7 +76,7 @@ def send_agent(
     stats = WalkStats()
     spool = tempfile.TemporaryFile(dir=snap_dir)  # noqa: SIM115 - closed below
     pool = ThreadPoolExecutor(1, "lnk-export")
-    readers = ThreadPoolExecutor(READERS, "lnk-read")
+    readers = Readers(READERS, snap_dir)
     try:
         writer.write(M.HEAD, M.dump(head.to_json()))
         # the HEAD goes at once: the receiver starts its check of what it holds (its
@@ -87,9 +88,7 @@ def send_agent(
             if inventory is not None
             else None
         )
-        sender = FileSender(
-            writer, inventory, report, progress, phase, cache, readers, snap_dir, unchanged
-        )
+        sender = FileSender(writer, inventory, report, progress, phase, cache, readers, unchanged)
         # with the receiver's folder digests, a folder it holds whole goes as one entry:
         # every folder's digest now first (a stat of each entry where the cache
         # remembers the folder), then a walk that does not go into those
@@ -141,7 +140,7 @@ def send_agent(
         raise
     finally:
         pool.shutdown(wait=True)
-        readers.shutdown(wait=True, cancel_futures=True)
+        readers.shutdown()
         spool.close()
         cache.close()
         work.close()

@@ -14,9 +14,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lnk.errors import StreamError
@@ -24,8 +22,8 @@ from lnk.formats.stream import RECORD_MAX, StreamWriter
 from lnk.payload import manifest as M
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.inventory import Inventory
-from lnk.payload.pinned import open_file, open_walked
-from lnk.payload.reading import SETTLE_TRIES, Slot, read_chunk, read_settled, same_stat
+from lnk.payload.pinned import open_file, open_walked, same_stat
+from lnk.payload.reading import SETTLE_TRIES, Readers, Slot, read_settled
 from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkedFile
 
@@ -86,11 +84,9 @@ class FileSender:
         progress: Callable[[int], None] | None,
         phase: str,
         cache: HashCache,
-        pool: ThreadPoolExecutor,
-        snap_dir: Path,
+        readers: Readers,
         since: SinceDigests | None = None,
     ) -> None:
-        self.snap_dir = snap_dir
         self.chunk: list[Slot] = []
         self.w = writer
         # (not ``or``: an inventory of no digests is falsy, and may still name folders)
@@ -99,7 +95,7 @@ class FileSender:
         self.progress = progress or (lambda n: None)
         self.phase = phase
         self.cache = cache
-        self.pool = pool
+        self.readers = readers
         self.batch = _Batch()
         self.queue: deque[_Batch] = deque()
         self.sent: set[bytes] = set()
@@ -145,7 +141,7 @@ class FileSender:
 
     def _submit(self) -> None:
         if self.chunk:
-            done = self.pool.submit(read_chunk, self.chunk, self.snap_dir)
+            done = self.readers.submit(self.chunk)
             for slot in self.chunk:
                 slot.done = done
             self.chunk = []
@@ -176,7 +172,7 @@ class FileSender:
     def _write(self, batch: _Batch) -> None:
         r = self.report
         entries: list[dict[str, Any]] = []
-        carry: list[tuple[WalkedFile, bytes | None, str]] = []
+        carry: list[tuple[WalkedFile, bytes | memoryview | None, str]] = []
         for f, job in batch.items:
             if f.kind == "d":
                 r.entries += 1
@@ -261,7 +257,7 @@ class FileSender:
         self._data(carry, {e["p"]: e["s"] for e in entries if e.get("d")})
 
     def _data(
-        self, carry: list[tuple[WalkedFile, bytes | None, str]], sizes: dict[str, int]
+        self, carry: list[tuple[WalkedFile, bytes | memoryview | None, str]], sizes: dict[str, int]
     ) -> None:
         # one reused buffer, filled by readinto: no allocation and one copy fewer a MiB
         buf = bytearray(RECORD_MAX)
