@@ -171,14 +171,13 @@ def read_chunk(slots: list[Slot], snap_dir: Path) -> None:
 
 class Readers:
     """A send's reading pool: ``workers`` threads, each handing its jobs' small files to a
-    child process of its own (``read_process.py``) once ``start_after`` jobs went by
+    child process of its own (``read_process.py``) once ``START_AFTER`` jobs went by
     (a send of a few files never pays the start), and reading the rest itself."""
 
     START_AFTER = 8
 
-    def __init__(self, workers: int, snap_dir: Path, start_after: int | None = None) -> None:
+    def __init__(self, workers: int, snap_dir: Path) -> None:
         self.snap_dir = snap_dir
-        self.start_after = self.START_AFTER if start_after is None else start_after
         self._pool = ThreadPoolExecutor(workers, "lnk-read")
         self._mine = threading.local()
         self._procs: list[ReadProcess] = []
@@ -189,7 +188,7 @@ class Readers:
     def submit(self, slots: list[Slot]) -> Future[None]:
         """``slots`` read (each ``Slot.got`` set) by the pool; the future says when."""
         self._jobs += 1
-        return self._pool.submit(self._job, slots, self._jobs > self.start_after)
+        return self._pool.submit(self._job, slots, self._jobs > self.START_AFTER)
 
     def _job(self, slots: list[Slot], child: bool) -> None:
         proc = self._proc() if child else None
@@ -218,12 +217,6 @@ class Readers:
                 self._procs.append(proc)
             self._mine.proc = proc
         return proc
-
-    @property
-    def pids(self) -> list[int]:
-        """The child processes started so far (for tests)."""
-        with self._lock:
-            return [p.pid for p in self._procs]
 
     def shutdown(self) -> None:
         """Jobs not started are dropped, those running finish; then every child ends."""
