@@ -30,16 +30,13 @@ and stores the same blobs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import struct
 import subprocess
-import sys
 import threading
 from collections import deque
 from concurrent.futures import Future
-from pathlib import Path
 from typing import IO, Any
 
 import zstandard
@@ -56,6 +53,7 @@ from lnk.backup.small_reads import (
     read_small,
 )
 from lnk.formats.header import read_exact
+from lnk.payload.child import start_child, write_all
 
 START_AFTER = 4  # batches sealed in-process before the process starts: a small run never
 # pays its start (about 0.2 s, overlapped with the run)
@@ -68,9 +66,6 @@ Reads = list[SmallRead]
 _Asked = tuple[str, Any, Future[Any]]
 
 BODY_MAX = 64 << 20  # a longer frame is not one of ours (a batch is about 1 MiB)
-PIPE_SIZE = 1 << 20  # F_SETPIPE_SZ where the system allows (Linux's unprivileged most)
-
-_ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the folder holding lnk/
 
 
 def seal_batch(ctx: Any, cctx: zstandard.ZstdCompressor, repo_id: bytes, batch: Batch) -> Sealed:
@@ -99,25 +94,15 @@ class SealProcess:
         self._waiting: deque[_Asked] = deque()
         self.broken = False  # the child failed: batches are sealed here
         self._closed = False
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); from lnk.backup.sealer import serve; serve()"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
+        self._proc = start_child("lnk.backup.sealer")
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._to: IO[bytes] = self._proc.stdin
         self._from: IO[bytes] = self._proc.stdout
-        for pipe in (self._to, self._from):
-            with contextlib.suppress(OSError, AttributeError):
-                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self._opening = b"".join(
             [data_key, dedup_key, struct.pack(">IH", step, len(repo_id)), repo_id, bytes((level,))]
         )
         try:
-            _write_all(self._to, self._opening)
+            write_all(self._to, self._opening)
         except OSError:
             self.broken = True  # gone at once: everything is sealed here
         self._reader = threading.Thread(target=self._read, name="lnk-seal-recv", daemon=True)
@@ -149,7 +134,7 @@ class SealProcess:
                 # every request still waiting, ours included, at the moment it is broken)
                 if not self.broken:
                     try:
-                        _write_all(self._to, _frame(tag, work))
+                        write_all(self._to, _frame(tag, work))
                     except (OSError, ValueError):
                         self._fail()
                 return fut
@@ -220,12 +205,6 @@ class SealProcess:
                 s = Sealing(self._ctx, self._cctx, self._repo_id, self._dedup_key, self._step)
                 return [read_small(p, s) for p in work]
             return seal_batch(self._ctx, self._cctx, self._repo_id, work)
-
-
-def _write_all(f: IO[bytes], data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[f.write(view) :]
 
 
 def _frame(tag: str, work: Any) -> bytes:

@@ -31,7 +31,6 @@ mtime, ctime; times in ns) ‖ u32 n ‖ data(n)``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import os
@@ -39,21 +38,19 @@ import signal
 import stat
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO, cast
 
+from lnk.payload.child import start_child, write_all
 from lnk.payload.pinned import ident, open_file, same_stat
 
 READ, OTHER = 0, 1
 SMALL_MAX = 1 << 20  # the largest file a job names (the send's SMALL_FILE)
 JOB_MAX = 4096  # files a job may name
-PIPE_SIZE = 1 << 20  # F_SETPIPE_SZ where the system allows (Linux's unprivileged most)
 
 _ASK = struct.Struct(">QQqqqH")
 _HEAD = struct.Struct(">32sqqQQqqqqqqqI")  # ino and dev unsigned, as the kernel has them
-_ROOT = str(Path(__file__).resolve().parent.parent.parent)  # the folder holding lnk/
 
 Answer = tuple[memoryview, str, os.stat_result, int]  # data, SHA-256 (hex), stat after, t0
 Job = list[tuple[bytes, os.stat_result]]  # each file's path and the walk's lstat of it
@@ -89,20 +86,10 @@ class ReadProcess:
     """One child reading jobs, asked and answered one at a time by one thread."""
 
     def __init__(self) -> None:
-        code = f"import sys; sys.path.insert(0, {_ROOT!r}); from lnk.payload.read_process import serve; serve()"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            bufsize=0,
-        )
+        self._proc = start_child("lnk.payload.read_process", site=False)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._to: IO[bytes] = self._proc.stdin
         self._from = cast(io.FileIO, self._proc.stdout)  # (bufsize=0: unbuffered)
-        for pipe in (self._to, self._from):
-            with contextlib.suppress(OSError, AttributeError):
-                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self.broken = False
 
     @property
@@ -120,7 +107,7 @@ class ReadProcess:
             for path, st in job:
                 ask = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 parts += [_ASK.pack(*ask, len(path)), path]
-            _write_all(self._to, b"".join(parts))
+            write_all(self._to, b"".join(parts))
             count, size = struct.unpack(">II", _need(self._from, 8))
             if count != len(job) or size > len(job) * (SMALL_MAX + 256):
                 raise ValueError("not an answer")
@@ -245,9 +232,3 @@ def _write_parts(fd: int, parts: list[bytes]) -> None:
             i += 1
         if n:
             views[i] = views[i][n:]
-
-
-def _write_all(f: IO[bytes], data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[f.write(view) :]
