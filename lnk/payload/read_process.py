@@ -120,7 +120,7 @@ class ReadProcess:
                     raise EOFError
                 got += n
             return _decode(view, job)
-        except (OSError, EOFError, ValueError, struct.error):
+        except (OSError, EOFError, ValueError, IndexError, struct.error):
             self.close(kill=True)
             return None
 

@@ -145,12 +145,22 @@ def test_an_answer_for_another_file_than_asked_is_no_answer(tmp_path: Path) -> N
     assert RP._decode(memoryview(body), _job(g))[0] is not None
 
 
-def test_a_child_that_answers_nonsense_is_ended_and_asked_no_more(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "\\0\\0\\0\\7\\0\\0\\0\\0",  # an answer of 7 files, to a job of one
+        "\\0\\0\\0\\1\\0\\0\\0\\0",  # one file's answer, of no bytes
+        "\\0\\0\\0\\1\\0\\0\\0\\2\\0\\0",  # cut short: a READ without its head
+    ],
+)
+def test_a_child_that_answers_nonsense_is_ended_and_asked_no_more(
+    tmp_path: Path, frame: str
+) -> None:
     f = write(tmp_path / "f.txt", b"data\n")
     proc = RP.ReadProcess()
-    # another program in the child's place: it answers a frame of the wrong count
+    # another program in the child's place, answering what is not an answer
     liar = subprocess.Popen(
-        ["sh", "-c", "head -c 1 >/dev/null; printf '\\0\\0\\0\\7\\0\\0\\0\\0'; sleep 5"],
+        ["sh", "-c", f"head -c 1 >/dev/null; printf '{frame}'; sleep 5"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         bufsize=0,
