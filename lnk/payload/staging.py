@@ -402,6 +402,10 @@ class Stage(HeldStaging, CollectionStaging):
             "SELECT path, kind, mode, size, sha, grp, mtime, placed FROM e ORDER BY i"
         )
 
+    def iter_files(self) -> Iterator[tuple[str, int, str]]:
+        """Every file entry in stream order: path, size, SHA-256."""
+        yield from self.db.execute("SELECT path, size, sha FROM e WHERE kind='f' ORDER BY i")
+
 
 def _write_all(fd: int, data: memoryview) -> None:
     while len(data):
