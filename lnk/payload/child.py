@@ -28,9 +28,9 @@ def start_child(module: str, *, site: bool = True) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         bufsize=0,
     )
+    assert proc.stdin is not None and proc.stdout is not None
     for pipe in (proc.stdin, proc.stdout):
-        with contextlib.suppress(OSError, AttributeError):
-            assert pipe is not None
+        with contextlib.suppress(OSError, AttributeError):  # (no F_SETPIPE_SZ: macOS)
             fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
     return proc
 

@@ -24,7 +24,8 @@ def remember_placed(stage: Stage, cache_path: Path, root: Path, skipped: list[st
         # each file's lstat by its name in its folder, the folder opened once for the
         # files after it in it (a stream lists a folder's files together): not a walk
         # of the whole path a file, 100,000 times
-        folder, fd = "", -1
+        folder: str | None = None  # the folder open as fd (-1: it could not be opened)
+        fd = -1
         try:
             for path, size, sha in stage.iter_files():
                 if path in skip:
