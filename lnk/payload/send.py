@@ -32,8 +32,9 @@ from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkStats, walk_agent
 from lnk.payload.workdir import WorkDir
 
-# threads reading and hashing files: the system calls and hashlib free the GIL, but each
-# handing it on costs a wake-up; 2 measured ahead of 4 and of 1 (bench/README.md)
+# threads reading and hashing files, each through a child process of its own once a
+# send has many (reading.Readers): 2 measured ahead of 4 and of 1 with threads alone,
+# and ahead of 3 with the children but for a sender alone on a cold disk (bench/README.md)
 READERS = 2
 
 
