@@ -191,11 +191,12 @@ class Readers:
         return self._pool.submit(self._job, slots, self._jobs > self.START_AFTER)
 
     def _job(self, slots: list[Slot], child: bool) -> None:
-        proc = self._proc() if child else None
+        # (a job of big files only, read as they go, starts no child)
+        asked = [s for s in slots if s.keep and s.rel and s.st is not None] if child else []
+        proc = self._proc() if asked else None
         if proc is not None:
-            asked = [s for s in slots if s.keep and s.rel and s.st is not None]
             job = [(os.fsencode(s.path), s.st) for s in asked if s.st is not None]
-            answers = proc.read(job) if job else None
+            answers = proc.read(job)
             for slot, answer in zip(asked, answers or [None] * len(asked), strict=True):
                 if answer is not None:
                     data, sha, st, t0 = answer

@@ -178,3 +178,18 @@ def test_a_child_ends_at_the_end_of_its_input(tmp_path: Path) -> None:
     assert proc._to is not None
     proc._to.close()  # its send is gone (kill -9 closes the pipe the same way)
     assert proc._proc.wait(timeout=10) == 0
+
+
+def test_a_job_of_big_files_only_starts_no_child(
+    src: Machine, dst: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big files are read as they go, by the thread: no child is started for them."""
+    a = make_agent(src)
+    for i in range(3):
+        write(a.folders.home / f"big{i}.bin", os.urandom((1 << 20) + i + 1))
+    started = _started(monkeypatch)
+    r = prepare(dst)
+    data, _ = send_bytes(a, r)
+    assert receive_bytes(dst, r, data).committed
+    assert tree(load_agent(dst).folders.home) == tree(a.folders.home)
+    assert started == []
