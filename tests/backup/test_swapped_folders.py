@@ -4,22 +4,17 @@ sandbox, to have a backup carry a file it cannot see)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from bk_helpers import give_keys, sample_agent, write
+from swaps import SECRET, outside_with, swapping_walk
 
 from lnk.agents import registry
 from lnk.agents.layout import Machine
 from lnk.backup import agent_files
 from lnk.backup.agent import backup_agent
 from lnk.backup.agent_restore import restore_agent
-from lnk.payload.walk import WalkedFile
-
-SECRET = b"the machine's own secret\n"
 
 
 @pytest.mark.parametrize("ahead", [False, True], ids=["here", "read-ahead"])
@@ -37,22 +32,11 @@ def test_a_folder_swapped_for_a_link_after_the_walk_is_not_read_through(
     asked: list[int] = request.getfixturevalue("read_ahead_at_once") if ahead else []
     a = sample_agent(src)
     h = a.folders.home
-    outside = tmp_path / "outside"
     for n in range(8):
         write(h / "notes" / f"n{n}.md", b"note %d\n" % n)
-        write(outside / f"n{n}.md", SECRET)
-    real = agent_files.walk_agent
-    swapped: list[str] = []
-
-    def walk(*args: Any, **kw: Any) -> Iterator[WalkedFile]:
-        for f in real(*args, **kw):
-            yield f
-            if f.rel == "Home/notes/n0.md" and not swapped:
-                # the walk has listed the folder; its files are read after this
-                swapped.append(f.rel)
-                os.rename(h / "notes", h / "notes.was")
-                os.symlink(outside, h / "notes")
-
+    outside = outside_with(tmp_path, [f"n{n}.md" for n in range(8)])
+    # once the walk has listed the folder: its files are read after this
+    walk, swapped = swapping_walk(agent_files.walk_agent, "Home/notes/n0.md", h / "notes", outside)
     monkeypatch.setattr(agent_files, "walk_agent", walk)
     backup_agent(src, a, local_url)
     assert swapped and (sum(asked) > 0) == ahead

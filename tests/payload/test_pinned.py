@@ -11,12 +11,12 @@ import errno
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from payload_helpers import load_agent, make_agent, prepare, receive_bytes, send_bytes, write
+from swaps import SECRET, outside_with, swap_for_link, swapping_walk
 
 from lnk.agents.layout import Machine
 from lnk.payload import pinned as P
@@ -24,21 +24,7 @@ from lnk.payload import send as send_module
 from lnk.payload import snapshots as S
 from lnk.payload.digests import regular_files, tree_digests
 from lnk.payload.hashcache import HashCache
-from lnk.payload.walk import SQLITE_MAGIC, WalkedFile, WalkStats, walk_agent
-
-SECRET = b"the machine's own secret\n"
-
-
-def outside_with(tmp_path: Path, names: list[str]) -> Path:
-    out = tmp_path / "outside"
-    for n in names:
-        write(out / n, SECRET)
-    return out
-
-
-def swap_for_link(folder: Path, target: Path) -> None:
-    os.rename(folder, folder.with_name(folder.name + ".was"))
-    os.symlink(target, folder)
+from lnk.payload.walk import SQLITE_MAGIC, WalkStats, walk_agent
 
 
 # ---- the walk ---------------------------------------------------------------------------
@@ -231,16 +217,7 @@ def test_a_send_never_carries_a_file_through_a_folder_swapped_after_the_walk(
     write(h / "notes" / "big.bin", os.urandom(2 << 20))
     out = outside_with(tmp_path, [f"n{n}.md" for n in range(6)])
     write(out / "big.bin", SECRET * 100_000)
-    real = send_module.walk_agent
-    swapped: list[str] = []
-
-    def walk(*args: Any, **kw: Any) -> Iterator[WalkedFile]:
-        for f in real(*args, **kw):
-            yield f
-            if f.rel == "Home/notes/big.bin" and not swapped:
-                swapped.append(f.rel)
-                swap_for_link(h / "notes", out)
-
+    walk, swapped = swapping_walk(send_module.walk_agent, "Home/notes/big.bin", h / "notes", out)
     monkeypatch.setattr(send_module, "walk_agent", walk)
     r = prepare(dst)
     data, rep = send_bytes(a, r, phase="bulk")
