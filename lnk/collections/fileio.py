@@ -23,6 +23,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lnk.collections.ids import MAX_VALUE_BYTES
+from lnk.errors import InvalidInput
+
+MAX_FILE = MAX_VALUE_BYTES + (64 << 10)
+"""The longest file the store writes: a value and, for a map's entry, its key."""
+
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _MAX_ENCODED = 150
 
@@ -80,9 +86,11 @@ def open_folder(root: Path, *names: str) -> int | None:
     return fd
 
 
-def read_in(dfd: int, name: str) -> bytes | None:
+def read_in(dfd: int, name: str, shown: str = "") -> bytes | None:
     """A regular file's bytes in the folder ``dfd``, never through a link; None if there
-    is none (gone, a link, a fifo or anything else)."""
+    is none (gone, a link, a fifo or anything else).  A file longer than any the store
+    writes (:data:`MAX_FILE`) is refused, naming it (``shown``, else ``name``), before
+    more than that is read: the agent writes these folders."""
     try:
         fd = os.open(name, _READ, dir_fd=dfd)
     except OSError as e:
@@ -92,12 +100,18 @@ def read_in(dfd: int, name: str) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
+        chunks, size = [], 0
+        while size <= MAX_FILE and (chunk := os.read(fd, MAX_FILE + 1 - size)):
             chunks.append(chunk)
-        return b"".join(chunks)
+            size += len(chunk)
     finally:
         os.close(fd)
+    if size > MAX_FILE:
+        raise InvalidInput(
+            f"the store's file {shown or name} is longer than any it writes "
+            f"(at most {MAX_FILE} bytes)"
+        )
+    return b"".join(chunks)
 
 
 def read_below(root: Path, *parts: str) -> bytes | None:
@@ -106,7 +120,7 @@ def read_below(root: Path, *parts: str) -> bytes | None:
     if dfd is None:
         return None
     try:
-        return read_in(dfd, parts[-1])
+        return read_in(dfd, parts[-1], "/".join(parts))
     finally:
         os.close(dfd)
 

@@ -121,12 +121,14 @@ class FileStore(Store):
         if dfd is None:
             return
         try:
+            folder = f"{cid.kind}/{encode_name(cid.name)}"
             n = start
             while stop is None or n < stop:
-                data = read_in(dfd, event_file(n))
+                shown = f"{folder}/{event_file(n)}"
+                data = read_in(dfd, event_file(n), shown)
                 if data is None:
                     return
-                yield Event(n, decode_value(data))
+                yield Event(n, _value(data, shown))
                 n += 1
         finally:
             os.close(dfd)
@@ -162,8 +164,13 @@ class FileStore(Store):
         os.replace(tmp, d / ".version")
 
     def _version(self, d: Path) -> int:
-        data = read_below(self.root, *d.relative_to(self.root).parts, ".version")
-        return 0 if data is None else int(data)
+        parts = (*d.relative_to(self.root).parts, ".version")
+        data = read_below(self.root, *parts)
+        if data is None:
+            return 0
+        if not data.isdigit():
+            raise _not_ours("/".join(parts), "not a version number")
+        return int(data)
 
     def put(self, cid: CollectionId, key: str, value: dict[str, Any]) -> None:
         self._map(cid)
@@ -179,7 +186,8 @@ class FileStore(Store):
             self._disk.sync_dir(d)
 
     def _read_entry(self, path: Path) -> tuple[str, dict[str, Any]] | None:
-        return _entry_of(read_below(self.root, *path.relative_to(self.root).parts))
+        parts = path.relative_to(self.root).parts
+        return _entry_of(read_below(self.root, *parts), "/".join(parts))
 
     def get(self, cid: CollectionId, key: str) -> dict[str, Any] | None:
         self._map(cid)
@@ -204,6 +212,7 @@ class FileStore(Store):
 
     def items(self, cid: CollectionId) -> Iterator[tuple[str, dict[str, Any]]]:
         self._map(cid)
+        folder = f"{cid.kind}/{encode_name(cid.name)}"  # (as its files are named)
         dfd = open_folder(self.root, cid.kind, encode_name(cid.name))
         if dfd is None:
             return
@@ -217,14 +226,16 @@ class FileStore(Store):
             for fname in names:
                 key = decode_name(fname[:-5])
                 if key is None:
-                    got = _entry_of(read_in(dfd, fname))
+                    shown = f"{folder}/{fname}"
+                    got = _entry_of(read_in(dfd, fname, shown), shown)
                     if got is None:
                         continue
                     key = got[0]
                 keyed.append((key, fname))
             keyed.sort()
             for _key, fname in keyed:
-                got = _entry_of(read_in(dfd, fname))
+                shown = f"{folder}/{fname}"
+                got = _entry_of(read_in(dfd, fname, shown), shown)
                 if got is not None:
                     yield got
         finally:
@@ -272,7 +283,11 @@ class FileStore(Store):
                     data = read_below(self.root, kind, e.name, ".name")
                     if data is None:
                         continue  # only a lease so far (or a link: never followed)
-                    found.append(CollectionId(kind, data.decode()))
+                    try:
+                        name = data.decode()
+                    except UnicodeDecodeError:
+                        raise _not_ours(f"{kind}/{e.name}/.name", "not UTF-8") from None
+                    found.append(CollectionId(kind, name))
             finally:
                 os.close(dfd)
         return sorted(found)
@@ -339,9 +354,27 @@ class FileStore(Store):
             return True
 
 
-def _entry_of(data: bytes | None) -> tuple[str, dict[str, Any]] | None:
-    """A map entry's file as read (None: none there): its key and value."""
+def _entry_of(data: bytes | None, shown: str) -> tuple[str, dict[str, Any]] | None:
+    """A map entry's file as read (None: none there), ``shown`` by its path in the
+    store: its key and value."""
     if data is None:
         return None
-    obj = json.loads(data)
-    return obj["key"], decode_value(json.dumps(obj["value"]))
+    try:
+        obj = json.loads(data)
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise _not_ours(shown, f"not JSON ({e})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or "value" not in obj:
+        raise _not_ours(shown, "not an entry (its key and value)")
+    return obj["key"], _value(json.dumps(obj["value"]).encode(), shown)
+
+
+def _value(data: bytes, shown: str) -> dict[str, Any]:
+    try:
+        return decode_value(data)
+    except InvalidInput as e:
+        raise InvalidInput(f"the store's file {shown}: {e.message}") from None
+
+
+def _not_ours(shown: str, why: str) -> InvalidInput:
+    """A file of the store that lnk did not write so (the agent writes the folder)."""
+    return InvalidInput(f"the store's file {shown} is {why}")

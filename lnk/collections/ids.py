@@ -168,7 +168,10 @@ def encode_value(what: str, value: object) -> str:
 
 
 def decode_value(text: str | bytes) -> dict[str, Any]:
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except ValueError as e:  # not JSON, or (bytes) not UTF-8: a file or row lnk did not write
+        raise InvalidInput(f"a stored value is not JSON ({e})") from None
     if not isinstance(value, dict):
         raise InvalidInput("a stored value is not a JSON object")
     return value

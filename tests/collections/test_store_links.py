@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,56 @@ def test_a_store_cloned_at_a_receiver_never_takes_what_a_link_names(tmp_path: Pa
         assert p.is_symlink() or os.lstat(p).st_ino != inode, p
     assert not (out / "events" / encode_name(EVENTS.name) / event_file(2)).exists()
     assert [e.data for e in open_store("files", out).iter_events(EVENTS)] == [{"text": "one"}]
+
+
+# ---- what the agent may write into its store's files: refused in one line, naming it ----
+def _planted(tmp_path: Path) -> tuple[Any, Path, Path]:
+    """A files store with one event and one note; its events' and notes' folders."""
+    root = tmp_path / "chats"
+    s = open_store("files", root)
+    assert s.append(EVENTS, 1, {"text": "one"})
+    s.put(NOTES, "plan", {"text": "ship it"})
+    return s, root / "events" / encode_name(EVENTS.name), root / "notes" / encode_name(NOTES.name)
+
+
+def test_a_store_file_longer_than_any_lnk_writes_is_refused_before_it_is_read_whole(
+    tmp_path: Path,
+) -> None:
+    s, events, _ = _planted(tmp_path)
+    with open(events / event_file(2), "wb") as f:  # 64 MiB, sparse: never held in memory
+        f.truncate(64 << 20)
+    with pytest.raises(InvalidInput, match=r"000000000002\.json is longer than any it writes"):
+        list(s.iter_events(EVENTS))
+
+
+@pytest.mark.parametrize(
+    ("where", "data", "match"),
+    [
+        ("event", b"\xff\xfe not text", r"000000000002\.json: a stored value is not JSON"),
+        ("event", b"[1, 2]", r"000000000002\.json: a stored value is not a JSON object"),
+        ("entry", b'{"value": {}}', r"plan\.json is not an entry"),
+        ("entry", b"\xff", r"plan\.json is not JSON"),
+        ("name", b"\xff\xfe", r"/\.name is not UTF-8"),
+        ("version", b"3; rm -rf ~", r"/\.version is not a version number"),
+    ],
+)
+def test_a_store_file_lnk_did_not_write_so_is_refused_naming_it(
+    tmp_path: Path, where: str, data: bytes, match: str
+) -> None:
+    s, events, notes = _planted(tmp_path)
+    target = {
+        "event": events / event_file(2),
+        "entry": notes / "plan.json",
+        "name": events / ".name",
+        "version": notes / ".version",
+    }[where]
+    target.write_bytes(data)
+    with pytest.raises(InvalidInput, match=match):
+        if where == "event":
+            list(s.iter_events(EVENTS))
+        elif where == "entry":
+            list(s.items(NOTES))
+        elif where == "name":
+            s.collections()
+        else:
+            s.put(NOTES, "next", {"text": "more"})
