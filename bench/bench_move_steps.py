@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -93,7 +94,12 @@ def print_trace(path: Path, started: float, title: str) -> None:
     for r in sorted(rows, key=lambda r: r["t0"]):
         d = r["t1"] - r["t0"]
         busy += d
-        words = [w for w in r["cmd"].split() if not w.startswith(("/", "PYTHONPATH"))]
+        # (the paths, the caller's flags and the box's lnk left out: the step's words)
+        words = [
+            w
+            for w in shlex.split(r["cmd"])
+            if not w.startswith("/") and "PYTHONPATH" not in w and w not in ("-I", "-S")
+        ]
         print(f"  {r['t0'] - started:6.2f} {d:6.2f}  {' '.join(words)[:110]}")
     print(f"  {len(rows)} commands, {busy:.2f} s in them (overlapping pipes count twice)")
 

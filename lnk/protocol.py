@@ -322,6 +322,9 @@ class ServerReady(Answer):
     # step first (None from an older lnk, which did not say)
     version: str | None = None
     stream_format: int | None = None
+    # how a step calls it without importing lnk (lnk.transport.served.caller): the
+    # Python serving and its flags, and the caller script (None from an older lnk)
+    caller: tuple[str, ...] | None = None
 
 
 MAX_FOLDERS = 4_000_000  # folders in one StateDigests

@@ -63,7 +63,7 @@ def serve(stop: bool, idle: float | None, as_json: bool) -> None:
     from lnk.cli.output import emit_json, out
     from lnk.formats import FORMAT as STREAM_FORMAT
     from lnk.protocol import ServerReady
-    from lnk.transport import server
+    from lnk.transport import served, server
 
     if stop:
         pid = server.server_pid()
@@ -75,7 +75,7 @@ def serve(stop: bool, idle: float | None, as_json: bool) -> None:
         os.kill(pid, signal.SIGTERM)
         return
     path, pid = server.start(_run_step, server.IDLE_S if idle is None else idle)
-    ready = ServerReady(path, pid, lnk.__version__, STREAM_FORMAT)
+    ready = ServerReady(path, pid, lnk.__version__, STREAM_FORMAT, served.caller())
     if as_json:
         emit_json(ready.to_json())
     else:

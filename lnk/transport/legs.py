@@ -101,9 +101,22 @@ class Leg:
         block through the place's lnk server (:mod:`lnk.transport.served`) unless
         ``bare`` or not ``served``."""
         proto = () if bare else PROTOCOL_ARGS
-        socket = None if bare or not served else share.server(self.server_key(), self._serve)
-        via = ("--served-by", socket) if socket else ()
-        return self.lnk_argv([*via, *proto, *args])
+        server = None if bare or not served else share.server(self.server_key(), self._serve)
+        if server is None:
+            return self.lnk_argv([*proto, *args])
+        return self.served_argv(server, [*proto, *args])
+
+    def served_argv(self, server: share.Served, args: Sequence[str]) -> list[str]:
+        """The local argv that runs ``lnk ARGS`` at this place through its ``server``: by
+        the caller it offered (no lnk imported to wait), else ``lnk --served-by``."""
+        if server.caller is None:
+            return self.lnk_argv(["--served-by", server.socket, *args])
+        return self.called_argv([*server.caller, server.socket], args)
+
+    def called_argv(self, caller: list[str], args: Sequence[str]) -> list[str]:
+        """The local argv that runs ``CALLER FALLBACK ARGS`` at this place, FALLBACK the
+        shell line of its lnk (:func:`lnk.transport.served.main`)."""
+        raise NotImplementedError
 
     def warm(self) -> None:
         """Inside a shared block, start this place's lnk server now (else at its first
@@ -117,7 +130,7 @@ class Leg:
         is not (or none started, or no block is open): the caller checks the version
         itself, and a later :meth:`warm` starts the server again."""
 
-        def start() -> tuple[str, Callable[[], None]] | None:
+        def start() -> tuple[share.Served, Callable[[], None]] | None:
             got = self._serve(current)
             if got is None:
                 raise _NotCurrent
@@ -129,7 +142,7 @@ class Leg:
 
     def _serve(
         self, current: Callable[[ServerReady], bool] | None = None
-    ) -> tuple[str, Callable[[], None]] | None:
+    ) -> tuple[share.Served, Callable[[], None]] | None:
         """Start this place's lnk server: its socket and how to stop it, or None (an lnk
         without one, any failure: the steps then run as plain processes; or one started
         but not ``current``, stopped again)."""
@@ -148,15 +161,17 @@ class Leg:
         except LnkError:
             return None
 
+        server = share.Served(ready.socket, ready.caller)
+
         def stop() -> None:
-            argv = self.lnk_argv(["--served-by", ready.socket, *PROTOCOL_ARGS, *SERVE_STOP])
+            argv = self.served_argv(server, [*PROTOCOL_ARGS, *SERVE_STOP])
             with contextlib.suppress(LnkError, OSError):
                 self._run(argv, list(SERVE_STOP), None, True, False)
 
         if current is not None and not current(ready):
             stop()
             return None
-        return ready.socket, stop
+        return server, stop
 
     def run(
         self,
@@ -273,6 +288,9 @@ class LocalLeg(Leg):
     def lnk_argv(self, args: Sequence[str]) -> list[str]:
         return [sys.executable, "-m", "lnk", *args]
 
+    def called_argv(self, caller: list[str], args: Sequence[str]) -> list[str]:
+        return [*caller, shlex.join([sys.executable, "-m", "lnk"]), *args]
+
     def server_key(self) -> str:
         return f"local {self.home}"
 
@@ -348,6 +366,10 @@ class SshLeg(Leg):
 
     def lnk_argv(self, args: Sequence[str]) -> list[str]:
         return [*self._ssh(), *_fault_env(), self.destination, "--", self._line(args)]
+
+    def called_argv(self, caller: list[str], args: Sequence[str]) -> list[str]:
+        line = " ".join([shlex.join([*caller, self.remote_lnk]), *map(shlex.quote, args)])
+        return [*self._ssh(), *_fault_env(), self.destination, "--", line]
 
     def server_key(self) -> str:
         return f"ssh {shlex.join(ssh_command())} {self.destination} {self.remote_lnk}"

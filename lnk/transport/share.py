@@ -32,6 +32,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -46,9 +47,9 @@ _lock = threading.Lock()
 _folder: Path | None = None
 _depth = 0
 _opened: set[tuple[tuple[str, ...], str]] = set()
-# a leg's lnk server inside the block (lnk.transport.served): its key -> the socket, or
+# a leg's lnk server inside the block (lnk.transport.served): its key -> the server, or
 # None when none could start; and how each is stopped at the block's end
-_servers: dict[str, str | None] = {}
+_servers: dict[str, Served | None] = {}
 _stops: list[Callable[[], None]] = []
 _starting: dict[str, threading.Lock] = {}  # one start at a time per place
 
@@ -64,13 +65,22 @@ def serving() -> bool:
     return os.environ.get("LNK_BOX_SERVE", "1").strip() != "0"
 
 
-ServerStart = Callable[[], tuple[str, Callable[[], None]] | None]
+@dataclass(frozen=True)
+class Served:
+    """A place's lnk server as its steps reach it: its socket, and the caller it offered
+    (:func:`lnk.transport.served.caller`; None: steps call ``lnk --served-by``)."""
+
+    socket: str
+    caller: tuple[str, ...] | None = None
 
 
-def server(key: str, start: ServerStart) -> str | None:
-    """Inside a :func:`shared` block, the socket of the lnk server for the place ``key``:
-    started by ``start`` the first time (which gives the socket and how to stop it, or
-    None when the place has none; it is not asked again in this block)."""
+ServerStart = Callable[[], tuple[Served, Callable[[], None]] | None]
+
+
+def server(key: str, start: ServerStart) -> Served | None:
+    """Inside a :func:`shared` block, the lnk server for the place ``key``: started by
+    ``start`` the first time (which gives the server and how to stop it, or None when
+    the place has none; it is not asked again in this block)."""
     with _lock:
         if _depth == 0 or not serving():
             return None

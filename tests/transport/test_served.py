@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lnk.transport import share
+from lnk.transport import served, share
 from lnk.transport.legs import LocalLeg
 from tests.procs import process_runs
 
@@ -213,26 +213,104 @@ def test_a_request_that_is_not_one_is_closed_and_the_server_goes_on(
     assert r.returncode == 5
 
 
+PLAIN = [sys.executable, "-m", "lnk"]
+
+
+def plain(argv: list[str]) -> bool:
+    """A local step run as plain ``lnk``, through no server."""
+    return argv[:3] == PLAIN and "--served-by" not in argv
+
+
 def test_a_local_boxs_steps_go_through_its_server_inside_a_shared_block(tmp_path: Path) -> None:
     leg = LocalLeg(tmp_path / "box")
-    assert "--served-by" not in leg.argv(["version"])  # outside a block: plain
+    assert plain(leg.argv(["version"]))  # outside a block: plain
     with share.shared():
         argv = leg.argv(["agent", "list", "--json"])
-        assert argv[3] == "--served-by"
+        # by the server's caller: this Python, isolated, the caller script, no lnk
+        assert argv[:4] == [sys.executable, "-I", "-S", served.__file__]
         sock = Path(argv[4])
         assert sock.is_socket() and oct(sock.parent.stat().st_mode & 0o777) == "0o700"
+        assert argv[5:] == [shlex.join(PLAIN), "--errors", "json", "agent", "list", "--json"]
         r = leg.run(["agent", "list", "--json"])
         assert b'"agents": []' in r.stdout
-        assert "--served-by" not in leg.argv(["version", "--json"], bare=True)
+        assert plain(leg.argv(["version", "--json"], bare=True))
     assert not sock.exists() and not sock.parent.exists()  # stopped at the block's end
-    assert "--served-by" not in leg.argv(["agent", "list"])
+    assert plain(leg.argv(["agent", "list"]))
 
 
 def test_served_steps_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LNK_BOX_SERVE", "0")
     leg = LocalLeg(tmp_path / "box")
     with share.shared():
-        assert "--served-by" not in leg.argv(["agent", "list"])
+        assert plain(leg.argv(["agent", "list"]))
+
+
+def run_caller(
+    tmp_path: Path, path: str, fallback: str, *args: str, **kw: object
+) -> subprocess.CompletedProcess[bytes]:
+    """The server's caller as a step runs it: ``python -I -S served.py SOCKET FALLBACK``."""
+    caller = served.caller()
+    assert caller is not None
+    return subprocess.run([*caller, path, fallback, *args], capture_output=True, **kw)  # type: ignore[call-overload]
+
+
+def test_the_callers_step_runs_with_its_input_output_environment_and_status(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    path, _ = server
+    r = run_caller(
+        tmp_path,
+        path,
+        "false",
+        "echo",
+        "4",
+        input=b"in",
+        cwd=tmp_path,
+        env={**os.environ, "X": "y"},
+    )
+    assert r.returncode == 4  # the step's, not the fallback's (false: 1)
+    assert r.stdout.split(b"|")[:3] == [b"in", b"y", str(tmp_path).encode()]
+    assert r.stderr == b"to stderr\n"
+    assert run_caller(tmp_path, path, "false", "kill", "9").returncode == -signal.SIGKILL
+
+
+def test_with_no_server_the_caller_runs_the_fallback_line_in_its_place(tmp_path: Path) -> None:
+    # the fallback is a shell line (a box's lnk may be "env HOME=/x python3 -m lnk"); its
+    # arguments reach it as given, one word each, never read by the shell
+    odd = "a b $(touch pwned) 'q' \\"
+    r = run_caller(
+        tmp_path,
+        str(tmp_path / "no-such-socket"),
+        'printf "%s|" fallback',
+        odd,
+        "-x",
+        input=b"",
+        cwd=tmp_path,
+    )
+    assert (r.returncode, r.stdout) == (0, f"fallback|{odd}|-x|".encode())
+    assert not (tmp_path / "pwned").exists()
+    gone = run_caller(tmp_path, str(tmp_path / "no-such-socket"), "exit 7", input=b"")
+    assert gone.returncode == 7  # exec'd: the fallback's status is the caller's
+
+
+def test_the_caller_imports_nothing_beside_it_nor_from_the_environment(tmp_path: Path) -> None:
+    # -I: the folder of the script (lnk/transport, which holds pipes.py, process.py) and
+    # PYTHONPATH are not on the way, so none of their modules shadows the standard library's
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "json.py").write_text("raise SystemExit('shadowed')\n")
+    r = run_caller(
+        tmp_path,
+        str(tmp_path / "no-such-socket"),
+        "echo ran",
+        input=b"",
+        env={**os.environ, "PYTHONPATH": str(evil)},
+    )
+    assert (r.returncode, r.stdout) == (0, b"ran\n"), r.stderr
+    r = subprocess.run(
+        [*(served.caller() or ()), "-c"], capture_output=True, input=b""
+    )  # too few words: a usage line, not a traceback
+    assert r.returncode == 2 and r.stderr.startswith(b"lnk: error: usage")
 
 
 def test_a_step_that_closes_its_output_ends_it_for_the_reader(
@@ -325,21 +403,47 @@ class _AnsweringLeg(LocalLeg):
         '{"socket": 5, "pid": 1}',
         '{"pid": 1}',
         '{"socket": "' + "x" * 70_000 + '", "pid": 1}',
+        '{"socket": "/s", "pid": 1, "caller": "python3 served.py"}',
+        '{"socket": "/s", "pid": 1, "caller": [5]}',
     ],
 )
 def test_a_server_answer_that_is_not_one_leaves_the_steps_plain(tmp_path: Path, reply: str) -> None:
     leg = _AnsweringLeg(tmp_path / "box", reply)
     with share.shared():
-        assert "--served-by" not in leg.argv(["agent", "list", "--json"])
+        assert plain(leg.argv(["agent", "list", "--json"]))
         assert b'"agents": []' in leg.run(["agent", "list", "--json"]).stdout
+
+
+def test_an_older_server_without_a_caller_is_called_by_lnk(tmp_path: Path) -> None:
+    leg = _AnsweringLeg(tmp_path / "box", '{"socket": "/no/such/s", "pid": 1}')
+    with share.shared():
+        argv = leg.argv(["agent", "list", "--json"])
+        assert argv[3:5] == ["--served-by", "/no/such/s"]
+        assert b'"agents": []' in leg.run(["agent", "list", "--json"]).stdout  # ran in place
 
 
 def test_a_boxs_socket_path_reaches_its_shell_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
     from lnk.transport.legs import SshLeg
 
     hostile = "/tmp/x $(touch /tmp/owned); `id` 'q'/s"
-    monkeypatch.setattr(SshLeg, "_serve", lambda self: (hostile, lambda: None))
+    served_at = share.Served(hostile)
+    monkeypatch.setattr(SshLeg, "_serve", lambda self: (served_at, lambda: None))
     with share.shared():
         argv = SshLeg("box1").argv(["agent", "list"])
     line = argv[-1]
     assert shlex.split(line)[1:3] == ["--served-by", hostile]  # one word, as given
+
+
+def test_a_boxs_caller_and_its_lnk_reach_its_shell_quoted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lnk.transport.legs import SshLeg
+
+    hostile = "/tmp/x $(touch /tmp/owned); `id` 'q'"
+    served_at = share.Served(f"{hostile}/s", (f"{hostile}/python3", "-I", "-S", f"{hostile}.py"))
+    monkeypatch.setattr(SshLeg, "_serve", lambda self: (served_at, lambda: None))
+    monkeypatch.setenv("LNK_REMOTE_LNK", "env HOME=/x python3 -m lnk")
+    with share.shared():
+        argv = SshLeg("box1").argv(["agent", "list", "$(id)"])
+    words = shlex.split(argv[-1])
+    assert words[:5] == [*(served_at.caller or ()), served_at.socket]
+    # the box's lnk: one word (the fallback line its shell runs), the step's words after
+    assert words[5:] == ["env HOME=/x python3 -m lnk", "--errors", "json", "agent", "list", "$(id)"]
