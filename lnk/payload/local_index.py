@@ -76,10 +76,23 @@ def index_local(r: Receiver, agent_root: Path, cache_path: Path, kept: bool = Fa
 
 class RowsFromCache:
     """A remembered folder's files into the index straight from the hash cache's rows
-    (attached as ``k``), one statement a folder: ``digests.CacheRows``."""
+    (attached as ``k``), one statement a folder: ``digests.CacheRows``.
+
+    Made inside the index's transaction: what it sees of the cache's table then is what
+    every later statement of the transaction sees (one read snapshot)."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
+        # one row a name, whatever the file holds: it lies in a person's folder, and a
+        # table without the cache's key may hold two rows for one name and none for
+        # another; with the key (as lnk makes it) each name has one, and the grouping,
+        # a third of the statement's time, is left out
+        one_a_name = "sha" if _keyed(con) else "MIN(sha)"
+        grouped = "" if one_a_name == "sha" else " GROUP BY name"
+        self.statement = (
+            f"INSERT INTO c SELECT {one_a_name}, ? || name, ? || name FROM k.h2 "
+            f"WHERE dir = ? AND name IN (SELECT value FROM json_each(?)){grouped}"
+        )
 
     def __call__(self, rel: str, path: str, names: list[str]) -> bool:
         if not names:
@@ -87,12 +100,8 @@ class RowsFromCache:
         con = self.con
         con.execute("SAVEPOINT folder")
         try:
-            # one row a name, whatever the file holds (it lies in a person's folder: a
-            # table without its key may hold two for one name and none for another)
             taken = con.execute(
-                "INSERT INTO c SELECT MIN(sha), ? || name, ? || name FROM k.h2 "
-                "WHERE dir = ? AND name IN (SELECT value FROM json_each(?)) GROUP BY name",
-                (path + "/", rel + "/", rel, json.dumps(names)),
+                self.statement, (path + "/", rel + "/", rel, json.dumps(names))
             ).rowcount
         except sqlite3.DatabaseError:  # a cache without rows, locked or damaged: read it
             taken = -1
@@ -100,6 +109,16 @@ class RowsFromCache:
             con.execute("ROLLBACK TO folder")
         con.execute("RELEASE folder")
         return taken == len(names)
+
+
+def _keyed(con: sqlite3.Connection) -> bool:
+    """Whether the attached cache's ``h2`` has the key lnk gives it: (dir, name), so one
+    row at most a name in a folder."""
+    try:
+        pk = con.execute("SELECT name, pk FROM pragma_table_info('h2', 'k') WHERE pk > 0")
+        return sorted(pk.fetchall()) == [("dir", 1), ("name", 2)]
+    except sqlite3.DatabaseError:
+        return False
 
 
 def _staged(r: Receiver) -> Iterator[str]:

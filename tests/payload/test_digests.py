@@ -444,3 +444,69 @@ def test_a_tampered_cache_with_two_rows_for_one_name_takes_nothing(tmp_path: Pat
     # one row a name, though two are there: taken once
     assert RowsFromCache(con)("Home", "/x/Home", ["a.txt"]) is True
     assert con.execute("SELECT rel FROM c").fetchall() == [("Home/a.txt",)]
+
+
+def _cache_with(db: Path, names: list[str]) -> None:
+    """lnk's own hash cache, one row for each of ``names`` in ``Home``."""
+    cache = HashCache(db)
+    for i, name in enumerate(names):
+        cache.store(
+            f"Home/{name}", os.stat_result((0o100644, i + 1, 0, 1, 0, 0, 5, 0, 0, 0)), f"{i:064x}"
+        )
+    cache.close()
+
+
+def _index_con(cache: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE c (sha TEXT, path TEXT, rel TEXT)")
+    con.execute("ATTACH DATABASE ? AS k", (str(cache),))
+    con.execute("BEGIN")
+    return con
+
+
+def test_rows_from_lnks_own_cache_are_taken_without_grouping(tmp_path: Path) -> None:
+    """The cache lnk made has its key (dir, name): one row a name, so the statement
+    groups nothing, and takes each name's row."""
+    _cache_with(tmp_path / "h.sqlite", ["a.txt", "b.txt"])
+    con = _index_con(tmp_path / "h.sqlite")
+    rows = RowsFromCache(con)
+    assert "GROUP BY" not in rows.statement
+    assert rows("Home", "/x/Home", ["a.txt", "b.txt"]) is True
+    assert sorted(con.execute("SELECT sha, rel FROM c")) == [
+        (f"{0:064x}", "Home/a.txt"),
+        (f"{1:064x}", "Home/b.txt"),
+    ]
+    assert rows("Home", "/x/Home", ["a.txt", "c.txt"]) is False  # a row missing: none
+
+
+@pytest.mark.parametrize(
+    "key", ["", ", PRIMARY KEY (name, dir)", ", PRIMARY KEY (dir)", ", PRIMARY KEY (name)"]
+)
+def test_a_cache_keyed_otherwise_is_grouped(tmp_path: Path, key: str) -> None:
+    db = tmp_path / "other.sqlite"
+    sqlite3.connect(db).execute(
+        f"CREATE TABLE h2 (dir TEXT, name TEXT, size INT, mtime INT, ctime INT, ino INT, "
+        f"sha TEXT{key})"
+    ).connection.close()
+    assert "GROUP BY name" in RowsFromCache(_index_con(db)).statement
+
+
+def test_a_cache_swapped_during_the_index_is_not_seen_by_it(tmp_path: Path) -> None:
+    """Its key is read inside the index's transaction, which reads one snapshot of the
+    cache: a table put in its place meanwhile (without the key, two rows for one name)
+    is not the one the statements read."""
+    db = tmp_path / "h.sqlite"
+    _cache_with(db, ["a.txt", "b.txt"])
+    con = _index_con(db)
+    rows = RowsFromCache(con)
+    assert "GROUP BY" not in rows.statement
+    other = sqlite3.connect(db, timeout=0)
+    other.executescript(
+        "BEGIN; DROP TABLE h2; CREATE TABLE h2 (dir TEXT, name TEXT, size INT, mtime INT, "
+        "ctime INT, ino INT, sha TEXT); "
+        f"INSERT INTO h2 VALUES ('Home', 'a.txt', 1, 1, 1, 1, '{'e' * 64}'); "
+        f"INSERT INTO h2 VALUES ('Home', 'a.txt', 1, 1, 1, 1, '{'f' * 64}'); COMMIT;"
+    )
+    other.close()
+    assert rows("Home", "/x/Home", ["a.txt", "b.txt"]) is True
+    assert sorted(con.execute("SELECT sha FROM c")) == [(f"{0:064x}",), (f"{1:064x}",)]
