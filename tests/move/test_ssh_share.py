@@ -90,6 +90,8 @@ def test_a_moves_steps_share_one_connection(
         commands = [s["args"][-1] for s in steps]
         assert "box serve --json" in commands[0], commands
         assert not any(c.split()[-2:] == ["version", "--json"] for c in commands), commands
+        # every later step through the server, called by its caller (no lnk imported)
+        assert all(" -I -S " in c and "served.py" in c for c in commands[1:]), commands
         assert accepted(ssh_hosts, box) - before == 1
         folders = {s["folder"] for s in steps}
         assert len(folders) == 1 and None not in folders

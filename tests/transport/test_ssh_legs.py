@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
+import shlex
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -16,9 +19,13 @@ from hosts import Hosts
 from lnk import __version__
 from lnk.errors import InvalidInput, LnkError, NotFound, TransportError
 from lnk.formats import FORMAT as STREAM_FORMAT
+from lnk.protocol import ServerReady
+from lnk.transport import share
 from lnk.transport.errorline import error_line
 from lnk.transport.legs import Leg, SshLeg
 from lnk.transport.pipes import pipe
+from tests.procs import process_runs
+from tests.transport.test_served import wait_gone
 
 SIZE = 64 << 20
 CHUNK = 1 << 20
@@ -196,3 +203,31 @@ def test_remote_command_quotes_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
         "--",
         "env HOME=/x python3 -m lnk --errors json agent 'it'\"'\"'s' '$HOME'",
     ]
+
+
+def test_a_boxs_steps_go_through_its_servers_caller_and_then_its_own_lnk(
+    ssh_env: Hosts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over real SSH: the server a box starts offers its caller (``python -I -S
+    served.py``); a step sent by it runs in the server (``box serve --stop`` is a
+    server's step only), and once the server is gone the same line runs the box's
+    lnk in its place (the same step is then refused as no server's, in one line)."""
+    leg = SshLeg("hostA")
+    ready = leg.ask(["box", "serve", "--json"], ServerReady)  # outside a block: plain
+    assert ready.caller is not None and ready.caller[1:3] == ("-I", "-S")
+    served_at = share.Served(ready.socket, ready.caller)
+    monkeypatch.setattr(SshLeg, "_serve", lambda self, current=None: (served_at, lambda: None))
+    try:
+        with share.shared():
+            line = shlex.split(leg.argv(["agent", "list", "--json"])[-1])
+            assert line[:5] == [*ready.caller, ready.socket]
+            assert json.loads(leg.run(["agent", "list", "--json"]).stdout)["agents"] == []
+            assert leg.run(["box", "serve", "--stop"]).returncode == 0  # ran in the server
+            assert wait_gone(ready.pid)
+            # no server: the caller runs the box's lnk with the step's words, as given
+            assert json.loads(leg.run(["agent", "list", "--json"]).stdout)["agents"] == []
+            r = leg.run(["box", "serve", "--stop"], check=False)
+            assert r.returncode == 2 and b"no server's step" in r.stderr
+    finally:
+        if process_runs(ready.pid):
+            os.kill(ready.pid, signal.SIGKILL)
