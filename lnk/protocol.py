@@ -223,6 +223,23 @@ class Prepared(Answer):
     enforces: tuple[str, ...] | None = None  # grant sections its sandbox holds (None: unsaid)
     harnesses: tuple[str, ...] | None = None  # the harnesses it can run (None: unsaid)
 
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        ans = super().from_json(doc, where)
+        name = where or cls.WHAT
+        # both go back to the box on a later step's command line, as one word each
+        if not (ans.receiver.startswith("rcv-") and _word(ans.receiver)):
+            raise ProtocolError(f"{name}.receiver is not a receiver's name")
+        if not _word(ans.public_key):
+            raise ProtocolError(f"{name}.public_key is not a key's one word")
+        return ans
+
+
+def _word(text: str) -> bool:
+    """A box's word that a later step hands back on a command line: printable ASCII, no
+    space (a NUL no command line holds; a space or a control character no name has)."""
+    return 0 < len(text) <= 4096 and text.isascii() and text.isprintable() and " " not in text
+
 
 @dataclass(frozen=True)
 class ReceiveReport(Answer):
@@ -325,6 +342,17 @@ class ServerReady(Answer):
     # how a step calls it without importing lnk (lnk.transport.served.caller): the
     # Python serving and its flags, and the caller script (None from an older lnk)
     caller: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        ans = super().from_json(doc, where)
+        name = where or cls.WHAT
+        # each goes on a later step's command line (a path may hold spaces, not a NUL)
+        for i, word in enumerate((ans.socket, *(ans.caller or ()))):
+            if not word or "\0" in word:
+                what = "socket" if i == 0 else f"caller[{i - 1}]"
+                raise ProtocolError(f"{name}.{what} is not a word a command line can hold")
+        return ans
 
 
 MAX_FOLDERS = 4_000_000  # folders in one StateDigests

@@ -194,3 +194,46 @@ def test_only_this_very_lnk_skips_the_version_check() -> None:
         (lnk.__version__ + " ", FORMAT),
     ):
         assert not serves_this_lnk(ServerReady("/s", 1, version, fmt)), (version, fmt)
+
+
+@pytest.mark.parametrize(
+    "receiver,key,why",
+    [
+        ("rcv-1\u0000x", "lnkpk1abc", "prepared.receiver is not a receiver's name"),
+        ("rcv-1 --json", "lnkpk1abc", "prepared.receiver is not a receiver's name"),
+        ("rcv-\u00e91", "lnkpk1abc", "prepared.receiver is not a receiver's name"),
+        ("rcv-1\u001b[2J", "lnkpk1abc", "prepared.receiver is not a receiver's name"),
+        ("../rcv-1", "lnkpk1abc", "prepared.receiver is not a receiver's name"),
+        ("", "lnkpk1abc", "prepared.receiver is not a receiver's name"),
+        ("rcv-1", "lnkpk1\u0000", "prepared.public_key is not a key's one word"),
+        ("rcv-1", "lnkpk1 x", "prepared.public_key is not a key's one word"),
+        ("rcv-1", "", "prepared.public_key is not a key's one word"),
+    ],
+)
+def test_a_receiver_whose_name_or_key_no_command_line_holds_is_refused(
+    receiver: str, key: str, why: str
+) -> None:
+    """Both go back to the box as words of later steps: a NUL (no command line holds it:
+    a traceback, not a refusal, before), a space or a control character is refused in
+    one line, before any step is built from it."""
+    raw = json.dumps({"receiver": receiver, "public_key": key, "format": 4}).encode()
+    with pytest.raises(ProtocolError) as ei:
+        decode(raw, Prepared, "prepared")
+    assert why in ei.value.message and "\n" not in ei.value.message
+
+
+@pytest.mark.parametrize(
+    "doc,why",
+    [
+        ({"socket": "/s\u0000x", "pid": 1}, "server.socket is not a word"),
+        ({"socket": "", "pid": 1}, "server.socket is not a word"),
+        ({"socket": "/s", "pid": 1, "caller": ["/py", "-I\u0000"]}, "server.caller[1] is not"),
+        ({"socket": "/s", "pid": 1, "caller": [""]}, "server.caller[0] is not"),
+    ],
+)
+def test_a_box_server_whose_socket_or_caller_no_command_line_holds_is_refused(
+    doc: dict[str, object], why: str
+) -> None:
+    with pytest.raises(ProtocolError) as ei:
+        decode(json.dumps(doc).encode(), ServerReady, "box evil")
+    assert why in ei.value.message.replace("box evil", "server")

@@ -161,7 +161,7 @@ class Leg:
         except LnkError:
             return None
 
-        server = share.Served(ready.socket, ready.caller)
+        server = share.Served(ready.socket, ready.caller or None)  # (none: --served-by)
 
         def stop() -> None:
             argv = self.served_argv(server, [*PROTOCOL_ARGS, *SERVE_STOP])

@@ -405,6 +405,9 @@ class _AnsweringLeg(LocalLeg):
         '{"socket": "' + "x" * 70_000 + '", "pid": 1}',
         '{"socket": "/s", "pid": 1, "caller": "python3 served.py"}',
         '{"socket": "/s", "pid": 1, "caller": [5]}',
+        # a NUL no command line can hold: not a traceback, no server
+        '{"socket": "/s\\u0000x", "pid": 1}',
+        '{"socket": "/s", "pid": 1, "caller": ["/bin/python3\\u0000", "-I"]}',
     ],
 )
 def test_a_server_answer_that_is_not_one_leaves_the_steps_plain(tmp_path: Path, reply: str) -> None:
@@ -414,8 +417,9 @@ def test_a_server_answer_that_is_not_one_leaves_the_steps_plain(tmp_path: Path, 
         assert b'"agents": []' in leg.run(["agent", "list", "--json"]).stdout
 
 
-def test_an_older_server_without_a_caller_is_called_by_lnk(tmp_path: Path) -> None:
-    leg = _AnsweringLeg(tmp_path / "box", '{"socket": "/no/such/s", "pid": 1}')
+@pytest.mark.parametrize("caller", ["", ', "caller": null', ', "caller": []'])
+def test_an_older_server_without_a_caller_is_called_by_lnk(tmp_path: Path, caller: str) -> None:
+    leg = _AnsweringLeg(tmp_path / "box", '{"socket": "/no/such/s", "pid": 1' + caller + "}")
     with share.shared():
         argv = leg.argv(["agent", "list", "--json"])
         assert argv[3:5] == ["--served-by", "/no/such/s"]
