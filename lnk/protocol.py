@@ -179,6 +179,13 @@ class AgentRow(Answer):
     port: int | None = None
     bots: dict[str, Any] | None = None  # its connections, as its settings keep them
 
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        ans = super().from_json(doc, where)
+        if ans.id and not _word(ans.id):  # (a move's later steps name it: --agent-id ID)
+            raise ProtocolError(f"{where or cls.WHAT}.id is not an agent's ID")
+        return ans
+
 
 @dataclass(frozen=True)
 class Unanswered(Answer):
@@ -263,6 +270,13 @@ class ReceiveReport(Answer):
     stream_id: str = ""
     kept_from_moved: tuple[str, ...] = ()
     conflicts: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        ans = super().from_json(doc, where)
+        if ans.stream_id and not _word(ans.stream_id):  # (moved-away --final STREAM)
+            raise ProtocolError(f"{where or cls.WHAT}.stream_id is not a stream's ID")
+        return ans
 
 
 @dataclass(frozen=True)

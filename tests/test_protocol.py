@@ -237,3 +237,23 @@ def test_a_box_server_whose_socket_or_caller_no_command_line_holds_is_refused(
     with pytest.raises(ProtocolError) as ei:
         decode(json.dumps(doc).encode(), ServerReady, "box evil")
     assert why in ei.value.message.replace("box evil", "server")
+
+
+@pytest.mark.parametrize(
+    "cls,doc,why",
+    [
+        (AgentList, {"agents": [{"name": "a", "id": "ag-1\u0000"}]}, "id is not an agent's ID"),
+        (AgentList, {"agents": [{"name": "a", "id": "ag-1 x"}]}, "id is not an agent's ID"),
+        (
+            ReceiveReport,
+            {"agent": "a", "id": "ag-1", "phase": "final", "committed": True, "stream_id": "s\n"},
+            "report.stream_id is not a stream's ID",
+        ),
+    ],
+)
+def test_an_agents_id_or_a_streams_id_no_command_line_holds_is_refused(
+    cls: type[AgentList] | type[ReceiveReport], doc: dict[str, object], why: str
+) -> None:
+    with pytest.raises(ProtocolError) as ei:
+        decode(json.dumps(doc).encode(), cls, "report")
+    assert why in ei.value.message
