@@ -9,6 +9,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +83,22 @@ def test_a_child_killed_mid_send_costs_nothing_but_its_speed(
     started = _started(monkeypatch)
     real_read = RP.ReadProcess.read
     answered: list[object] = []
+    killed: list[int] = []
+    lock = threading.Lock()
 
     def read(self: RP.ReadProcess, job: RP.Job) -> Any:
-        if len(answered) == 2:  # kill -9, as its job goes
+        # the first job asked once two were answered (whichever of the two reading
+        # threads asks it: each checks and notes under the lock, so neither can miss
+        # the moment) goes to a child killed -9 as it goes
+        with lock:
+            kill = len(answered) >= 2 and not killed
+            if kill:
+                killed.append(self.pid)
+        if kill:
             os.kill(self.pid, signal.SIGKILL)
         got = real_read(self, job)
-        answered.append(got)
+        with lock:
+            answered.append(got)
         return got
 
     monkeypatch.setattr(RP.ReadProcess, "read", read)
@@ -96,6 +107,7 @@ def test_a_child_killed_mid_send_costs_nothing_but_its_speed(
     assert receive_bytes(dst, r, data).committed
     b = load_agent(dst)
     assert tree(b.folders.home, skip=["notes.db"]) == tree(a.folders.home, skip=["notes.db"])
+    assert killed  # (the send asked more than two jobs of the children)
     assert None in answered  # a job the dead child did not answer was read here
     assert any(p.broken for p in started)
 
