@@ -49,11 +49,10 @@ from lnk.backup.small_reads import (
     SmallRead,
     decode,
     encode,
-    need,
     read_small,
 )
 from lnk.formats.header import read_exact
-from lnk.payload.child import start_child, write_all
+from lnk.payload.child import need, start_child, write_all
 
 START_AFTER = 4  # batches sealed in-process before the process starts: a small run never
 # pays its start (about 0.2 s, overlapped with the run)

@@ -30,13 +30,13 @@ import os
 import stat
 import struct
 import time
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import zstandard
 
 from lnk.backup.pack import blob_name, seal_blob
 from lnk.backup.repository import SIZES
-from lnk.formats.header import read_exact
+from lnk.payload.child import STAT, stat_fields, stat_of
 from lnk.payload.pinned import open_file
 from lnk.payload.walk import SQLITE_MAGIC
 
@@ -44,7 +44,7 @@ READ, GONE, OTHER = 0, 1, 2
 # a sealed chunk is at most the largest chunk a config may name and some bytes: a longer
 # one in an answer is not one of ours
 SEALED_MAX = SIZES["chunk_size"][1] + (64 << 10)
-_HEAD = struct.Struct(">32s32sqqQQqqqqqqqI")  # ino and dev unsigned, as the kernel has them
+_HEAD = struct.Struct(f">32s32sq{STAT}I")
 
 
 class SmallRead(NamedTuple):
@@ -101,9 +101,7 @@ def encode(r: SmallRead) -> bytes:
         return bytes((r.status,))
     st = r.st
     assert st is not None
-    fields = (st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, st.st_size)
-    times = (st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns)
-    head = _HEAD.pack(r.sha, r.blob_id.ljust(32, b"\0"), r.t0, *fields, *times, len(r.sealed))
+    head = _HEAD.pack(r.sha, r.blob_id.ljust(32, b"\0"), r.t0, *stat_fields(st), len(r.sealed))
     return b"\0" + head + r.sealed
 
 
@@ -120,16 +118,5 @@ def decode(buf: bytes, at: int) -> tuple[SmallRead, int]:
     if n > SEALED_MAX or at + n > len(buf):
         raise ValueError("not an answer")
     sealed = buf[at : at + n]
-    mode, ino, dev, nlink, uid, gid, size, a_ns, m_ns, c_ns = fields
-    ns = (a_ns, m_ns, c_ns)
-    secs = [t // 10**9 for t in ns]
-    st = os.stat_result((mode, ino, dev, nlink, uid, gid, size, *secs, *(t / 1e9 for t in ns), *ns))
+    st = stat_of(fields)
     return SmallRead(READ, sha, blob_id if n else b"", sealed, st, t0), at + n
-
-
-def need(f: IO[bytes], n: int) -> bytes:
-    """Exactly ``n`` bytes from ``f``, or EOFError."""
-    got = read_exact(f, n)
-    if len(got) != n:
-        raise EOFError
-    return got

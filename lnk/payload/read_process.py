@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import IO, cast
 
-from lnk.payload.child import start_child, write_all
+from lnk.payload.child import STAT, need, start_child, stat_fields, stat_of, write_all
 from lnk.payload.pinned import ident, open_file, same_stat
 
 READ, OTHER = 0, 1
@@ -50,7 +50,7 @@ SMALL_MAX = 1 << 20  # the largest file a job names (the send's SMALL_FILE)
 JOB_MAX = 4096  # files a job may name
 
 _ASK = struct.Struct(">QQqqqH")
-_HEAD = struct.Struct(">32sqqQQqqqqqqqI")  # ino and dev unsigned, as the kernel has them
+_HEAD = struct.Struct(f">32sq{STAT}I")
 
 Answer = tuple[memoryview, str, os.stat_result, int]  # data, SHA-256 (hex), stat after, t0
 Job = list[tuple[bytes, os.stat_result]]  # each file's path and the walk's lstat of it
@@ -108,7 +108,7 @@ class ReadProcess:
                 ask = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 parts += [_ASK.pack(*ask, len(path)), path]
             write_all(self._to, b"".join(parts))
-            count, size = struct.unpack(">II", _need(self._from, 8))
+            count, size = struct.unpack(">II", need(self._from, 8))
             if count != len(job) or size > len(job) * (SMALL_MAX + 256):
                 raise ValueError("not an answer")
             body = bytearray(size)  # the files' bytes are views into it: no copy each
@@ -155,11 +155,11 @@ def _decode(body: memoryview, job: Job) -> list[Answer | None]:
             raise ValueError("not an answer")
         sha, t0, *fields, n = _HEAD.unpack_from(body, at + 1)
         at += 1 + _HEAD.size
-        mode, ino, dev, nlink, uid, gid, size, a_ns, m_ns, c_ns = fields
+        st = stat_of(fields)
         # only what was asked: the walked file, whole (the child's word is checked)
-        if (dev, ino) != ident(walked) or n != size or n != walked.st_size or at + n > len(body):
+        whole = n == st.st_size == walked.st_size
+        if ident(st) != ident(walked) or not whole or at + n > len(body):
             raise ValueError("not an answer")
-        st = _stat(mode, ino, dev, nlink, uid, gid, size, a_ns, m_ns, c_ns)
         out.append((body[at : at + n], sha.hex(), st, t0))
         at += n
     if at != len(body):
@@ -167,21 +167,13 @@ def _decode(body: memoryview, job: Job) -> list[Answer | None]:
     return out
 
 
-def _stat(*fields: int) -> os.stat_result:
-    """A stat from its fields as the frames carry them (the last three: times in ns)."""
-    ns = fields[7:]
-    return os.stat_result((*fields[:7], *(t // 10**9 for t in ns), *(t / 1e9 for t in ns), *ns))
-
-
 def _encode(path: bytes, walked: os.stat_result) -> list[bytes]:
     got = read_once(path, walked)
     if got is None or not same_stat(walked, got[1]):
         return [bytes((OTHER,))]
     data, st, t0 = got
-    fields = (st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, st.st_size)
-    times = (st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns)
     sha = hashlib.sha256(data).digest()
-    return [b"\0" + _HEAD.pack(sha, t0, *fields, *times, len(data)), data]
+    return [b"\0" + _HEAD.pack(sha, t0, *stat_fields(st), len(data)), data]
 
 
 def serve() -> None:
@@ -190,35 +182,23 @@ def serve() -> None:
     inp = os.fdopen(0, "rb", buffering=1 << 20)
     out = os.fdopen(1, "wb", buffering=0)
     try:
-        while _need(inp, 1) == b"R":
-            (count,) = struct.unpack(">I", _need(inp, 4))
+        while need(inp, 1) == b"R":
+            (count,) = struct.unpack(">I", need(inp, 4))
             if count > JOB_MAX:
                 return
             parts: list[bytes] = [b""]
             for _ in range(count):
-                dev, ino, size, m_ns, c_ns, n = _ASK.unpack(_need(inp, _ASK.size))
-                path = _need(inp, n)
+                dev, ino, size, m_ns, c_ns, n = _ASK.unpack(need(inp, _ASK.size))
+                path = need(inp, n)
                 if size > SMALL_MAX:
                     parts.append(bytes((OTHER,)))
                     continue
-                walked = _stat(stat.S_IFREG, ino, dev, 0, 0, 0, size, 0, m_ns, c_ns)
+                walked = stat_of((stat.S_IFREG, ino, dev, 0, 0, 0, size, 0, m_ns, c_ns))
                 parts += _encode(path, walked)
             parts[0] = struct.pack(">II", count, sum(map(len, parts)))
             _write_parts(out.fileno(), parts)
     except (EOFError, OSError):
         pass
-
-
-def _need(f: IO[bytes], n: int) -> bytes:
-    """Exactly ``n`` bytes from ``f``, or EOFError."""
-    chunks, left = [], n
-    while left:
-        got = f.read(left)
-        if not got:
-            raise EOFError
-        chunks.append(got)
-        left -= len(got)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _write_parts(fd: int, parts: list[bytes]) -> None:
