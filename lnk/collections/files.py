@@ -168,7 +168,7 @@ class FileStore(Store):
         data = read_below(self.root, *parts)
         if data is None:
             return 0
-        if not data.isdigit():
+        if not data.isdigit() or len(data) > 18:  # (int() takes 4,300 digits at most)
             raise _not_ours("/".join(parts), "not a version number")
         return int(data)
 

@@ -159,6 +159,8 @@ def test_a_store_file_longer_than_any_lnk_writes_is_refused_before_it_is_read_wh
         ("entry", b"\xff", r"plan\.json is not JSON"),
         ("name", b"\xff\xfe", r"/\.name is not UTF-8"),
         ("version", b"3; rm -rf ~", r"/\.version is not a version number"),
+        # more digits than int() reads from a text (4,300): a ValueError, not a refusal
+        pytest.param("version", b"9" * 5000, r"/\.version is not a version", id="digits"),
     ],
 )
 def test_a_store_file_lnk_did_not_write_so_is_refused_naming_it(
