@@ -128,7 +128,12 @@ def _read_as_walked(path: Path | str, st: os.stat_result) -> Read | None:
     if got is None or not same_stat(st, got[1]):
         return None
     data, after, t0 = got
-    read = Read(data, hashlib.sha256(data).hexdigest(), after, True, data[:16])
+    return _whole(data, hashlib.sha256(data).hexdigest(), after, t0)
+
+
+def _whole(data: bytes | memoryview, sha: str, st: os.stat_result, t0: int) -> Read:
+    """A file read whole in one go, unchanged while read (begun at ``t0``)."""
+    read = Read(data, sha, st, True, bytes(data[:16]))
     read.t0 = t0
     return read
 
@@ -199,9 +204,7 @@ class Readers:
             answers = proc.read(job)
             for slot, answer in zip(asked, answers or [None] * len(asked), strict=True):
                 if answer is not None:
-                    data, sha, st, t0 = answer
-                    slot.got = Read(data, sha, st, True, bytes(data[:16]))
-                    slot.got.t0 = t0
+                    slot.got = _whole(*answer)
         read_chunk(slots, self.snap_dir)
 
     def _proc(self) -> ReadProcess | None:
