@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lnk.errors import InvalidInput, LnkError, TransportError
-from lnk.protocol import A, ServerReady, decode
+from lnk.protocol import A, ProtocolError, ServerReady, decode
 from lnk.transport import share
 from lnk.transport.errorline import PROTOCOL_ARGS, last_line, remote_error
 from lnk.transport.process import MAX_ANSWER, LegProcess, Stdin, Stdout, feed, read_bounded
@@ -234,11 +234,23 @@ class Leg:
     def _popen(self, argv: list[str], args: list[str], stdin: Stdin, stdout: Stdout) -> LegProcess:
         if isinstance(stdin, bytes):
             raise TypeError("popen takes a pipe or file as stdin; use run() for bytes")
+        self._holdable(argv)
         return LegProcess(self, args, argv, self.env(), stdin, stdout)
+
+    def _holdable(self, argv: list[str]) -> None:
+        """Refuse, in one line, a command no command line can hold: a word with a NUL (a
+        step's words are the mover's and, passed on, a box's answers; every command of a
+        leg starts through here)."""
+        if any("\0" in word for word in argv):
+            raise ProtocolError(
+                f"a command for {self.name} would hold a NUL, which no command line can "
+                "(a box's answer passed on?)"
+            )
 
     def _run(
         self, argv: list[str], args: list[str], stdin: Stdin, capture: bool, check: bool
     ) -> LegResult:
+        self._holdable(argv)
         data = stdin if isinstance(stdin, bytes) else None
         pipe_in: Any = (
             subprocess.PIPE

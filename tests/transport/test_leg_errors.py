@@ -90,3 +90,26 @@ def test_pipe_names_the_receiver_that_failed_first(tmp_path: Path) -> None:
     with pytest.raises(StreamError) as e:
         pipe(leg, src, leg, dst)
     assert "no space left on device" in e.value.message
+
+
+@pytest.mark.parametrize("place", ["local", "ssh"])
+@pytest.mark.parametrize("start", ["run", "popen", "shell"])
+def test_a_command_holding_a_nul_is_refused_in_one_line_at_every_start(
+    tmp_path: Path, place: str, start: str
+) -> None:
+    """A step's words may be a box's answers passed on: one with a NUL (no command line
+    holds it) is refused where every command of a leg starts, run, popen or a shell line,
+    not a ValueError from the system's exec (a traceback in the mover)."""
+    from lnk.protocol import ProtocolError
+    from lnk.transport.legs import Leg, SshLeg
+
+    leg: Leg = LocalLeg(tmp_path / "box") if place == "local" else SshLeg("box1")
+    args = ["agent", "status", "--agent", "a\0b"]
+    with pytest.raises(ProtocolError) as ei:
+        if start == "run":
+            leg.run(args)
+        elif start == "popen":
+            leg.popen(args)
+        else:
+            leg.run_shell("echo a\0b")
+    assert "would hold a NUL" in ei.value.message and "\n" not in ei.value.message
