@@ -25,6 +25,7 @@ from lnk.errors import TransportError
 
 MAX_LIST = 100_000  # rows in one answer
 MAX_TEXT = 64 * 1024  # characters in one text field
+MAX_WORD = 4096  # characters in one word a later step hands back (a name, an ID, a key)
 
 
 class ProtocolError(TransportError):
@@ -245,7 +246,7 @@ class Prepared(Answer):
 def _word(text: str) -> bool:
     """A box's word that a later step hands back on a command line: printable ASCII, no
     space (a NUL no command line holds; a space or a control character no name has)."""
-    return 0 < len(text) <= 4096 and text.isascii() and text.isprintable() and " " not in text
+    return 0 < len(text) <= MAX_WORD and text.isascii() and text.isprintable() and " " not in text
 
 
 @dataclass(frozen=True)
