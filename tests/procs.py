@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 
@@ -13,3 +14,13 @@ def process_runs(pid: int) -> bool:
     except (ProcessLookupError, FileNotFoundError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    """True once ``pid`` no longer runs, False if it still does after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process_runs(pid):
+            return True
+        time.sleep(0.05)
+    return False

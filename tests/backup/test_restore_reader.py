@@ -27,7 +27,7 @@ from lnk.backup.restore_reader import ReaderProcess
 from lnk.errors import BackupError, LnkError, Refused, StreamError
 from lnk.payload import manifest as M
 from lnk.transport.buckets import open_bucket
-from tests.procs import process_runs
+from tests.procs import process_runs, wait_gone
 
 ROOT = Path(__file__).parents[2]
 
@@ -232,10 +232,7 @@ def test_a_killed_restore_leaves_nothing_applied_and_no_child(
     p.kill()
     p.wait()
     os.kill(child, signal.SIGCONT)
-    deadline = time.monotonic() + 20
-    while process_runs(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not process_runs(child)
+    assert wait_gone(child, 20)
     assert registry.find_by_id(dst, a.settings.id) is None
     restore_agent(dst, "work", local_url)  # nothing half-done stands in the way
     assert agent_files(registry.find(dst, "work").folders.root) == agent_files(

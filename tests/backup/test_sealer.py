@@ -16,7 +16,7 @@ from lnk.backup import Repository, SnapshotReader, SnapshotWriter, crypto, seale
 from lnk.backup.pack import aad_of
 from lnk.formats.keys import ReceiverKey
 from lnk.transport.buckets import open_bucket
-from tests.procs import process_runs
+from tests.procs import process_runs, wait_gone
 
 
 def opened(key: bytes, repo_id: bytes, kind: str, blob_id: bytes, sealed: bytes) -> bytes:
@@ -106,7 +106,6 @@ def test_the_child_ends_when_the_backup_dies(tmp_path: Path) -> None:
     """A backup killed with SIGKILL leaves no sealing process behind (its pipe closes)."""
     import subprocess
     import sys
-    import time
 
     code = (
         "import os, sys, time; from lnk.backup import sealer; "
@@ -121,10 +120,7 @@ def test_the_child_ends_when_the_backup_dies(tmp_path: Path) -> None:
     assert process_runs(child)
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 20
-    while process_runs(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not process_runs(child)
+    assert wait_gone(child, 20)
 
 
 def small_files(n: int, seed: int) -> dict[str, bytes]:

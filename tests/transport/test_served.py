@@ -17,7 +17,7 @@ import pytest
 
 from lnk.transport import served, share
 from lnk.transport.legs import LocalLeg
-from tests.procs import process_runs
+from tests.procs import process_runs, wait_gone
 
 SERVER = textwrap.dedent(
     """
@@ -65,15 +65,6 @@ CALLER = textwrap.dedent(
     print("no server: ran here")
     """
 )
-
-
-def wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not process_runs(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def started(

@@ -24,8 +24,7 @@ from lnk.transport import share
 from lnk.transport.errorline import error_line
 from lnk.transport.legs import Leg, SshLeg
 from lnk.transport.pipes import pipe
-from tests.procs import process_runs
-from tests.transport.test_served import wait_gone
+from tests.procs import process_runs, wait_gone
 
 SIZE = 64 << 20
 CHUNK = 1 << 20
