@@ -46,7 +46,7 @@ from lnk.payload.child import STAT, need, start_child, stat_fields, stat_of, wri
 from lnk.payload.pinned import ident, open_file, same_stat
 
 READ, OTHER = 0, 1
-SMALL_MAX = 1 << 20  # the largest file a job names (the send's SMALL_FILE)
+SMALL_MAX = 1 << 20  # the largest file a job names: the send's small file (SMALL_FILE)
 JOB_MAX = 4096  # files a job may name
 
 _ASK = struct.Struct(">QQqqqH")

@@ -23,13 +23,14 @@ from lnk.payload import manifest as M
 from lnk.payload.hashcache import RACY_NS, HashCache
 from lnk.payload.inventory import Inventory
 from lnk.payload.pinned import open_file, open_walked, same_stat
+from lnk.payload.read_process import SMALL_MAX
 from lnk.payload.reading import SETTLE_TRIES, Readers, Slot, read_settled
 from lnk.payload.unchanged import SinceDigests
 from lnk.payload.walk import WalkedFile
 
 BATCH_DATA_BYTES = 8 << 20
 DEDUP_MIN = 64 << 10  # content this size or more is sent once per stream
-SMALL_FILE = 1 << 20  # files up to this size are read once, into memory, before their entry
+SMALL_FILE = SMALL_MAX  # files up to this size are read once, into memory, before their entry
 
 
 @dataclass
