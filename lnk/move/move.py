@@ -34,7 +34,7 @@ from lnk.move.signals import Guard, deferred_signals
 from lnk.move.steps import Ends
 from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
-from lnk.places.where import HERE, Whereabouts, place_leg, where_is
+from lnk.places.where import HERE, Whereabouts, locations, place_leg, where_is
 from lnk.protocol import BackupSchedule, Prepared, ReceiveReport, Status
 from lnk.transport import share
 from lnk.transport.legs import Leg
@@ -87,14 +87,22 @@ def move(
     """
     purge_expired(machine)
     # one SSH connection per box for all the steps below (lnk.transport.share)
-    with share.shared():
+    with share.shared(), ThreadPoolExecutor(1, "lnk-move-to") as early:
         finish_all(machine, say)
+        # where the agent is, asked of a box, starts that box's server: the
+        # destination's starts meanwhile, not after it (a move --from a box)
+        dst = (
+            early.submit(_ready_end, machine, to, say)
+            if _asks_a_box(machine, name, from_box, to)
+            else None
+        )
         where = where_is(machine, name, from_box)
         try:
             result = _move(
                 machine,
                 where,
                 to,
+                dst,
                 no_start=no_start,
                 say=say,
                 choice=choice or ModelChoice(),
@@ -106,6 +114,15 @@ def move(
             raise
         result["delivered"] = _deliver_held(machine, where.id, say)
     return result
+
+
+def _asks_a_box(machine: Machine, name: str | None, from_box: str | None, to: str) -> bool:
+    """Whether :func:`where_is` asks a box other than ``to`` where the agent is."""
+    if from_box is not None:
+        return from_box not in (HERE, to)
+    if name is None or machine.settings_file(name).exists() or name in locations(machine):
+        return False
+    return to != HERE  # every box is asked; the one it is on may be ``to`` (refused then)
 
 
 def _deliver_held(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any]]:
@@ -121,6 +138,7 @@ def _move(
     machine: Machine,
     where: Whereabouts,
     to: str,
+    dst_ready: Future[Leg] | None,
     *,
     no_start: bool,
     say: Say,
@@ -142,7 +160,7 @@ def _move(
     # the two ends checked (and upgraded) at once, each then starting its lnk server
     with ThreadPoolExecutor(2, "lnk-move-ends") as pool:
         src = pool.submit(_ready_end, machine, where.place, say, where.leg)
-        dst = pool.submit(_ready_end, machine, to, say)
+        dst = dst_ready or pool.submit(_ready_end, machine, to, say)
         ends = Ends(src.result(), dst.result())
     t0 = time.monotonic()
     # (whether it runs there: as its status answers, beside the prepare)
