@@ -17,6 +17,7 @@ change that keeps every stat the same cannot hide behind a remembered digest.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import stat
 import time
@@ -212,7 +213,7 @@ class Files:
             return ""
         return sha or (EMPTY_SHA if st.st_size == 0 else "")
 
-    def remembered(self, fr: _Dir, names: set[str]) -> bool:
+    def remembered(self, fr: _Dir) -> bool:
         """A folder remembered with these stats: whatever its files need besides."""
         return True
 
@@ -236,13 +237,14 @@ class Indexed(Files):
             return ""
         return f.sha256 or (EMPTY_SHA if f.size == 0 else "")
 
-    def remembered(self, fr: _Dir, names: set[str]) -> bool:
+    def remembered(self, fr: _Dir) -> bool:
         # the folder's cache rows, taken as they are (not through the cache's lookup,
         # which a kept folder's overrides to note changes).  Not compared with the stats
         # again: the folder's fingerprint is every entry's lstat as when it was
         # remembered, and then each file's row was that lstat's (a row written since is
         # of another lstat, so of another fingerprint)
         path, rel = fr.path, fr.rel
+        names = {name for name, _ in fr.entries}
         full: list[str] = []
         empty: list[str] = []
         for name, st, sub in fr.seen:
@@ -320,16 +322,25 @@ def _walk(
 ) -> None:
     """One root, iteratively (any depth): a folder's digest once its subfolders' are known."""
     stack = [_Dir(rel, path, way)]
+    isdir = stat.S_ISDIR
     while stack:
         fr = stack[-1]
-        if fr.i < len(fr.entries):
-            name, est = fr.entries[fr.i]
-            fr.i += 1
-            if stat.S_ISDIR(est.st_mode):
-                there = way.down(name, est)
-                stack.append(_Dir(f"{fr.rel}/{name}", f"{fr.path}/{name}", way if there else None))
+        entries, i = fr.entries, fr.i
+        if i < len(entries):
+            # the files up to the next subfolder in one go (the walk's hot loop)
+            seen = fr.seen
+            for name, est in itertools.islice(entries, i, None):
+                i += 1
+                if isdir(est.st_mode):
+                    fr.i = i
+                    there = way.down(name, est)
+                    stack.append(
+                        _Dir(f"{fr.rel}/{name}", f"{fr.path}/{name}", way if there else None)
+                    )
+                    break
+                seen.append((name, est, None))
             else:
-                fr.seen.append((name, est, None))
+                fr.i = i
             continue
         stack.pop()
         # (the way still at the folder: its links are read through it)
@@ -372,10 +383,10 @@ def _folder(fr: _Dir, files: Files, fresh: int, way: Way) -> tuple[str, int]:
     fp = hashlib.sha256(text).digest()
     if files.listed is not None:
         files.listed(fr.rel, text)
-    names = {name for name, _ in fr.entries}
     known = files.cache.folder(fr.rel)
-    if known is not None and known[0] == fp and files.remembered(fr, names):
+    if known is not None and known[0] == fp and files.remembered(fr):
         return known[1], known[2]
+    names = {name for name, _ in fr.entries}
     digest, n, racy = _compute(fr, files, names, fresh, way)
     if digest and not racy:
         files.cache.store_folder(fr.rel, fp, digest, n)
