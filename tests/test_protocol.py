@@ -1,4 +1,4 @@
-"""The box protocol's answers (lnk/protocol.py): checked where they arrive, typed past it."""
+"""The box protocol's answers (lnk/protocol/): checked where they arrive, typed past it."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def test_every_answer_round_trips_through_json() -> None:
         Left("/home/me/Link/Moved/work-1", BackupSchedule("s3://b/p", 3600, {"daily": 7})),
         ScheduleAnswer(None),
         StateDigests("work", "ag-1", {"Home": "0" * 64, "Home/src": "ab" * 32}),
+        ServerReady("/run/user/1/lnk/s", 4242, "0.1.0", 4, ("/usr/bin/python3", "-I", "-S", "x")),
         ChatAnswer.from_json(
             {
                 "agent": "a",
@@ -103,7 +104,7 @@ def test_mypy_holds_every_use_of_an_answer_s_field(tmp_path: Path) -> None:
     src = repo / "lnk"
     copy = tmp_path / "lnk"
     shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    proto = copy / "protocol.py"
+    proto = copy / "protocol" / "answers.py"
     text = proto.read_text()
     assert "    running: bool = False\n" in text
     proto.write_text(text.replace("    running: bool = False\n", "    runs: bool = False\n", 1))
