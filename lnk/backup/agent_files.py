@@ -35,8 +35,9 @@ from lnk.backup.small_reads import SmallRead
 from lnk.collections.ids import FORMAT_VERSION
 from lnk.payload import manifest as M
 from lnk.payload.agent_records import export_lines
-from lnk.payload.digests import FolderPrint, keeper
+from lnk.payload.digests import keeper
 from lnk.payload.hashcache import RACY_NS, HashCache
+from lnk.payload.listings import FolderPrint
 from lnk.payload.walk import (
     DIGEST_TAG,
     WalkedFile,
@@ -151,7 +152,7 @@ class FilesBackup:
         self.ready: dict[str, _Segment] = {}  # folders accepted whole, not yet written
         self.seen: set[str] = set()  # every folder of this backup (rows kept)
         self.stack: list[_Dir] = []
-        self.fresh = 0  # the walk's start less RACY_NS (digests.FolderPrint)
+        self.fresh = 0  # the walk's start less RACY_NS (listings.FolderPrint)
 
     # ---- the walk -------------------------------------------------------------
     def run(self) -> None:

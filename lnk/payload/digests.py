@@ -4,8 +4,8 @@ A folder's digest (docs/stream-format.md, 7.3.4) depends only on what is directl
 it (names, modes, sizes, mtimes, each file's SHA-256 as the hash cache vouches for it
 by its stat) and on its subfolders' digests.  So each folder's *fingerprint* is
 SHA-256 over the lstat of every entry directly in it (name, mode, size, mtime, ctime,
-inode, links) and its subfolders' digests; the hash cache remembers (fingerprint,
-digest, files) per folder (``HashCache.folder``), and a folder whose fingerprint is
+inode, links) and its subfolders' digests (its listing, lnk/payload/listings.py); the
+hash cache remembers (fingerprint, digest, files) per folder (``HashCache.folder``), and a folder whose fingerprint is
 the same has the same digest: its files' cache rows are not read and no line of its
 digest is made.  An unchanged agent's digests are then one stat of each entry.
 
@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lnk.payload.hashcache import RACY_NS, HashCache
+from lnk.payload.listings import dir_key, entry_key, listing_text, sidecar
 from lnk.payload.manifest import EMPTY_SHA
 from lnk.payload.pinned import Listing, Way
 from lnk.payload.unchanged import SinceDigests, Times
 from lnk.payload.walk import (
     DIGEST_TAG,
-    SQLITE_SIDECARS,
     WalkStats,
     _file,
     agent_roots,
@@ -38,75 +38,6 @@ from lnk.payload.walk import (
     file_line,
     link_line,
 )
-
-
-def entry_key(name: str, st: os.stat_result) -> str:
-    """An entry's part of its folder's fingerprint: its lstat.  A subfolder's part is
-    :func:`dir_key` (its mode and digest: what its stats come to)."""
-    return (
-        f"{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-        f"\0{st.st_ino}\0{st.st_nlink}\n"
-    )
-
-
-def dir_key(name: str, mode: int, digest: str) -> str:
-    return f"{name}\0{mode}\0d{digest}\n"
-
-
-def listing_text(keys: list[str]) -> bytes:
-    """A folder's entries' parts, as one text: what its fingerprint is the SHA-256 of."""
-    return "".join(keys).encode("utf-8", "surrogateescape")
-
-
-def fingerprint(keys: list[str]) -> bytes:
-    return hashlib.sha256(listing_text(keys)).digest()
-
-
-class FolderPrint:
-    """A folder's fingerprint made by a walk that reads its files anyway (a first
-    backup), entry by entry, so the folder's digest is remembered as
-    :func:`tree_digests` would remember it and the next run only stats it.
-
-    ``fresh``: an entry changed at or after it (the walk's start less ``RACY_NS``)
-    makes the folder racy: not remembered.  An entry the walk left out without a word
-    (a SQLite sidecar, a link it could not carry) is missing from the fingerprint:
-    one with it then differs, and one without it has this digest, which does not
-    hold it either."""
-
-    __slots__ = ("files", "fresh", "keys", "racy")
-
-    def __init__(self, fresh: int) -> None:
-        self.fresh = fresh
-        self.keys: list[tuple[str, str]] = []  # (name, its part), the walk's order
-        self.racy = False
-        self.files = 0  # regular files at any depth
-
-    def entry(self, name: str, st: os.stat_result) -> None:
-        """An entry directly in the folder (not a subfolder), by the lstat the walk saw."""
-        self.keys.append((name, entry_key(name, st)))
-        self.files += stat.S_ISREG(st.st_mode)
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= self.fresh:
-            self.racy = True
-
-    def subfolder(self, name: str, mode: int, digest: str, files: int) -> None:
-        self.keys.append((name, dir_key(name, mode, digest)))
-        self.files += files
-
-    def remember(
-        self,
-        cache: HashCache,
-        rel: str,
-        digest: str,
-        skipped: tuple[tuple[str, os.stat_result], ...],
-    ) -> None:
-        """Remember ``digest`` as the folder's, if it has one and nothing was racy;
-        ``skipped``: the walk's devices, fifos and sockets in it (put in name order
-        with the rest; none is a regular file)."""
-        for name, st in skipped:
-            self.entry(name, st)
-        if digest and not self.racy:
-            keys = sorted(self.keys) if skipped else self.keys
-            cache.store_folder(rel, fingerprint([k for _, k in keys]), digest, self.files)
 
 
 class _Dir:
@@ -287,13 +218,6 @@ def _regular(way: Way, rel: str, path: str) -> Iterator[tuple[str, os.stat_resul
         if stat.S_ISDIR(est.st_mode):
             there = way.down(name, est)
             stack.append(_Dir(f"{fr.rel}/{name}", f"{fr.path}/{name}", way if there else None))
-
-
-def sidecar(name: str, names: set[str]) -> bool:
-    """A SQLite database's -wal, -shm or -journal beside it (folded into its snapshot)."""
-    return name.endswith(SQLITE_SIDECARS) and any(
-        name.endswith(s) and name[: -len(s)] in names for s in SQLITE_SIDECARS
-    )
 
 
 def _tree(root: Path, files: Files) -> tuple[dict[str, str], dict[str, int]]:

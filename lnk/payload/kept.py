@@ -23,7 +23,6 @@ destination committed; else leaving walks the folders to note them
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sqlite3
 import stat
@@ -33,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from lnk.payload.cachedb import insert_rows
-from lnk.payload.digests import regular_files, sidecar
+from lnk.payload.digests import regular_files
 from lnk.payload.hashcache import HashCache
+from lnk.payload.listings import left_files
 from lnk.payload.manifest import under
 
 CONFLICT = ".moved-conflict-"
@@ -54,7 +54,7 @@ def drop_notes(con: sqlite3.Connection) -> None:
 
 
 class SentListing:
-    """A final send's note of every folder's listing (``digests.listing_text``: the lstat of
+    """A final send's note of every folder's listing (``listings.listing_text``: the lstat of
     each entry directly in it), written to the sender's hash cache as the digests' walk
     makes them; :meth:`done` names the stream, so leaving adopts the note only if the
     destination committed that very stream (the agent paused since: nothing of it
@@ -212,30 +212,6 @@ class ChangeRecorder(HashCache):
     def store_folder(self, rel: str, fp: bytes, digest: str, files: int) -> None:
         """Not here: a folder remembered in the kept folder's cache is one remembered
         while it was the agent's, before it left (lnk/payload/digests.py)."""
-
-
-# one entry of a listing (digests.entry_key, dir_key): a name has no NUL but may hold
-# a newline; a subfolder's part is its mode and digest
-_ENTRY = re.compile(rb"([^\0]*)\0(\d+)\0(?:d[0-9a-f]*|(\d+)\0(-?\d+)\0(-?\d+)\0(\d+)\0\d+)\n")
-
-
-def left_files(text: bytes) -> dict[str, tuple[int, int, int, int]]:
-    """The regular files of a folder's listing (a SQLite database's sidecars left out,
-    as :func:`regular_files`): name -> (size, mtime, ctime, inode).  A listing that
-    does not parse whole counts as none: every file there is then one a person changed."""
-    found: dict[str, tuple[int, int, int, int]] = {}
-    names: set[str] = set()
-    pos = 0
-    while pos < len(text):
-        m = _ENTRY.match(text, pos)
-        if m is None:
-            return {}
-        pos = m.end()
-        name = m[1].decode("utf-8", "surrogateescape")
-        names.add(name)
-        if m[3] is not None and stat.S_ISREG(int(m[2])):
-            found[name] = (int(m[3]), int(m[4]), int(m[5]), int(m[6]))
-    return {n: v for n, v in found.items() if not sidecar(n, names)}
 
 
 def record_changes(con: sqlite3.Connection, changed: dict[str, str | None]) -> None:

@@ -28,7 +28,7 @@ from lnk.agents.layout import Machine
 from lnk.agents.moved import notes_dir
 from lnk.errors import UsageError
 from lnk.move.moved import leave, moved_away
-from lnk.payload.digests import dir_key, entry_key, listing_text, sidecar, tree_digests
+from lnk.payload.digests import tree_digests
 from lnk.payload.hashcache import HashCache
 from lnk.payload.kept import (
     LEFT,
@@ -37,9 +37,9 @@ from lnk.payload.kept import (
     ChangeRecorder,
     SentListing,
     adopt_sent,
-    left_files,
     record_left,
 )
+from lnk.payload.listings import dir_key, entry_key, left_files, listing_text, sidecar
 from lnk.payload.walk import WalkStats, walk_agent
 
 OLD = 1_600_000_000_000_000_000
