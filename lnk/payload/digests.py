@@ -5,9 +5,10 @@ it (names, modes, sizes, mtimes, each file's SHA-256 as the hash cache vouches f
 by its stat) and on its subfolders' digests.  So each folder's *fingerprint* is
 SHA-256 over the lstat of every entry directly in it (name, mode, size, mtime, ctime,
 inode, links) and its subfolders' digests (its listing, lnk/payload/listings.py); the
-hash cache remembers (fingerprint, digest, files) per folder (``HashCache.folder``), and a folder whose fingerprint is
-the same has the same digest: its files' cache rows are not read and no line of its
-digest is made.  An unchanged agent's digests are then one stat of each entry.
+hash cache remembers (fingerprint, digest, files) per folder (``HashCache.folder``),
+and a folder whose fingerprint is the same has the same digest: its files' cache rows
+are not read and no line of its digest is made.  An unchanged agent's digests are
+then one stat of each entry.
 
 A folder is remembered only when it has a digest and nothing directly in it changed
 within the clock's step of the walk (``RACY_NS``, as the hash cache's files): a

@@ -28,9 +28,10 @@ def held_whole(
     mine: dict[str, str], theirs: dict[str, str], sizes: dict[str, int], most: int
 ) -> dict[str, str]:
     """The folders to name as held whole: held here with the digest the sender has for
-    them too (``theirs`` may give only the first hex digits of each), with at most ``most`` files and folders inside (``sizes``), and none inside
-    another named one.  A bigger folder is not named (a sender gives up keeping a folder
-    whole past its limit), its subfolders are."""
+    them too (``theirs`` may give only the first hex digits of each), with at most
+    ``most`` files and folders inside (``sizes``), and none inside another named one.
+    A bigger folder is not named (a sender gives up keeping a folder whole past its
+    limit), its subfolders are."""
     same = {p: d for p, d in mine.items() if d.startswith(theirs.get(p) or "-")}
     named: dict[str, str] = {}
     for p in sorted(same, key=lambda p: (p.count("/"), p)):  # outer folders first

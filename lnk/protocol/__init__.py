@@ -1,7 +1,7 @@
 """The box protocol's answers (``docs/boxes.md``), typed: the one contract between machines.
 
-Every JSON answer a box gives a mover is one frozen dataclass here, and the
-only way in is :meth:`Answer.from_json`, where the JSON arrives (a leg's
+Every JSON answer a box gives a mover is one frozen dataclass (``answers.py``), and
+the only way in is :meth:`Answer.from_json` (``typed.py``), where the JSON arrives (a leg's
 ``ask``): each field is checked against its type once, and an answer that
 doesn't fit is refused with one error naming the first field that failed.
 Past that point, ``mypy --strict`` holds every use of a field.  The same
