@@ -25,6 +25,14 @@ DIGEST = re.compile("[0-9a-f]{64}")
 RACY_NS = 2_000_000_000
 
 
+H2_COLUMNS = (
+    "(dir TEXT, name TEXT, size INT, mtime INT, ctime INT, ino INT, sha TEXT, "
+    "PRIMARY KEY (dir, name)) WITHOUT ROWID"
+)
+"""The files' table, as lnk makes it: one row at most a name in a folder, matched as
+named (binary text)."""
+
+
 class HashCache(CacheDB):
     """path -> sha256, valid while (size, mtime_ns, ctime_ns, inode) stay the same.
 
@@ -38,8 +46,7 @@ class HashCache(CacheDB):
             path,
             (
                 "DROP TABLE IF EXISTS h",  # the one-row-per-path cache before folders
-                "CREATE TABLE IF NOT EXISTS h2 (dir TEXT, name TEXT, size INT, mtime INT, "
-                "ctime INT, ino INT, sha TEXT, PRIMARY KEY (dir, name)) WITHOUT ROWID",
+                f"CREATE TABLE IF NOT EXISTS h2 {H2_COLUMNS}",
                 "CREATE TABLE IF NOT EXISTS dg (dir TEXT PRIMARY KEY, fp BLOB, digest TEXT, "
                 "files INT) WITHOUT ROWID",
             ),

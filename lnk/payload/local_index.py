@@ -26,7 +26,7 @@ from lnk.agents.stores import log_tails
 from lnk.payload.cachedb import insert_rows
 from lnk.payload.digests import index_tree
 from lnk.payload.folders import WHOLE_MAX
-from lnk.payload.hashcache import HashCache
+from lnk.payload.hashcache import H2_COLUMNS, HashCache
 from lnk.payload.inventory import Inventory, held_whole, sizes_of
 from lnk.payload.kept import ChangeRecorder, record_changes
 from lnk.payload.manifest import SHA_RE
@@ -83,16 +83,25 @@ class RowsFromCache:
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
-        # one row a name, whatever the file holds: it lies in a person's folder, and a
-        # table without the cache's key may hold two rows for one name and none for
-        # another; with the key (as lnk makes it) each name has one, and the grouping,
-        # a third of the statement's time, is left out
-        one_a_name = "sha" if _keyed(con) else "MIN(sha)"
-        grouped = "" if one_a_name == "sha" else " GROUP BY name"
-        self.statement = (
-            f"INSERT INTO c SELECT {one_a_name}, ? || name, ? || name FROM k.h2 "
-            f"WHERE dir = ? AND name IN (SELECT value FROM json_each(?)){grouped}"
-        )
+        # the file lies in a person's folder: a table other than lnk's may hold two rows
+        # for one name and none for another, or match a name other than the one asked
+        # (a column of another collation or type: "a.txt" for "A.txt", 1 for "01"), so
+        # there each row is the name asked exactly and one a name; lnk's own table has
+        # one row a name, matched as named, and leaves the grouping out (a third of the
+        # statement's time)
+        if _lnks_own(con):
+            self.statement = (
+                "INSERT INTO c SELECT sha, ?1 || name, ?2 || name FROM k.h2 "
+                "WHERE dir = ?3 AND name IN (SELECT value FROM json_each(?4))"
+            )
+        else:
+            self.statement = (
+                "INSERT INTO c SELECT MIN(sha), ?1 || name, ?2 || name FROM k.h2 "
+                "WHERE dir = ?3 AND name IN (SELECT value FROM json_each(?4)) "
+                "AND typeof(dir) = 'text' AND dir COLLATE BINARY = ?3 "
+                "AND typeof(name) = 'text' AND name COLLATE BINARY IN "
+                "(SELECT value FROM json_each(?4)) GROUP BY name"
+            )
 
     def __call__(self, rel: str, path: str, names: list[str]) -> bool:
         if not names:
@@ -111,14 +120,16 @@ class RowsFromCache:
         return taken == len(names)
 
 
-def _keyed(con: sqlite3.Connection) -> bool:
-    """Whether the attached cache's ``h2`` has the key lnk gives it: (dir, name), so one
-    row at most a name in a folder."""
+def _lnks_own(con: sqlite3.Connection) -> bool:
+    """Whether the attached cache's ``h2`` is the table lnk makes (``H2_COLUMNS``, as
+    SQLite keeps its statement): its key (dir, name), both binary text."""
     try:
-        pk = con.execute("SELECT name, pk FROM pragma_table_info('h2', 'k') WHERE pk > 0")
-        return sorted(pk.fetchall()) == [("dir", 1), ("name", 2)]
+        got = con.execute(
+            "SELECT sql FROM k.sqlite_master WHERE type = 'table' AND name = 'h2'"
+        ).fetchone()
     except sqlite3.DatabaseError:
         return False
+    return got is not None and got[0] == f"CREATE TABLE h2 {H2_COLUMNS}"
 
 
 def _staged(r: Receiver) -> Iterator[str]:

@@ -510,3 +510,39 @@ def test_a_cache_swapped_during_the_index_is_not_seen_by_it(tmp_path: Path) -> N
     other.close()
     assert rows("Home", "/x/Home", ["a.txt", "b.txt"]) is True
     assert sorted(con.execute("SELECT sha FROM c")) == [(f"{0:064x}",), (f"{1:064x}",)]
+
+
+@pytest.mark.parametrize(
+    ("columns", "stored", "asked"),
+    [
+        # its key (dir, name) as lnk's, but names compared without case
+        ("dir TEXT, name TEXT COLLATE NOCASE", "a.txt", "A.txt"),
+        # a name column of numbers: "01" asked, the row of 1 matched
+        ("dir TEXT, name INTEGER", "1", "01"),
+        # a folder's column of numbers: folder "007" asked, the rows of folder 7 matched
+        ("dir INTEGER, name TEXT", "a.txt", "a.txt"),
+    ],
+    ids=["nocase", "integer name", "integer dir"],
+)
+def test_a_cache_whose_rows_match_other_names_takes_none_of_them(
+    tmp_path: Path, columns: str, stored: str, asked: str
+) -> None:
+    """A cache in a person's folder, with the key lnk gives its table but columns that
+    compare loosely: a row matched for a name other than the one asked (another file's
+    content, indexed under a path the folder may not even hold) is not taken."""
+    db = tmp_path / "loose.sqlite"
+    folder = "7" if columns.startswith("dir INTEGER") else "Home"
+    asked_folder = "007" if folder == "7" else "Home"
+    con0 = sqlite3.connect(db)
+    con0.execute(
+        f"CREATE TABLE h2 ({columns}, size INT, mtime INT, ctime INT, ino INT, sha TEXT, "
+        "PRIMARY KEY (dir, name)) WITHOUT ROWID"
+    )
+    con0.execute("INSERT INTO h2 VALUES (?, ?, 1, 1, 1, 1, ?)", (folder, stored, "e" * 64))
+    con0.commit()
+    con0.close()
+    con = _index_con(db)
+    rows = RowsFromCache(con)
+    assert "GROUP BY name" in rows.statement  # not lnk's own table: matched exactly
+    assert rows(asked_folder, f"/x/{asked_folder}", [asked]) is False
+    assert con.execute("SELECT rel FROM c").fetchall() == []
