@@ -86,11 +86,11 @@ def open_folder(root: Path, *names: str) -> int | None:
     return fd
 
 
-def read_in(dfd: int, name: str, shown: str = "") -> bytes | None:
+def read_in(dfd: int, name: str, folder: str = "") -> bytes | None:
     """A regular file's bytes in the folder ``dfd``, never through a link; None if there
     is none (gone, a link, a fifo or anything else).  A file longer than any the store
-    writes (:data:`MAX_FILE`) is refused, naming it (``shown``, else ``name``), before
-    more than that is read: the agent writes these folders."""
+    writes (:data:`MAX_FILE`) is refused, naming it (by :func:`shown`), before more than
+    that is read: the agent writes these folders."""
     try:
         fd = os.open(name, _READ, dir_fd=dfd)
     except OSError as e:
@@ -108,7 +108,7 @@ def read_in(dfd: int, name: str, shown: str = "") -> bytes | None:
         os.close(fd)
     if size > MAX_FILE:
         raise InvalidInput(
-            f"the store's file {shown or name} is longer than any it writes "
+            f"the store's file {shown(folder, name)} is longer than any it writes "
             f"(at most {MAX_FILE} bytes)"
         )
     return b"".join(chunks)
@@ -120,9 +120,15 @@ def read_below(root: Path, *parts: str) -> bytes | None:
     if dfd is None:
         return None
     try:
-        return read_in(dfd, parts[-1], "/".join(parts))
+        return read_in(dfd, parts[-1], "/".join(parts[:-1]))
     finally:
         os.close(dfd)
+
+
+def shown(folder: str, name: str) -> str:
+    """A file of the store named in a refusal: by its path there (``folder``, as far as
+    the reader knows it, and its name), made only when one is refused."""
+    return f"{folder}/{name}" if folder else name
 
 
 def event_file(n: int) -> str:

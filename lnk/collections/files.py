@@ -52,6 +52,7 @@ from lnk.collections.fileio import (
     open_folder,
     read_below,
     read_in,
+    shown,
 )
 from lnk.errors import InvalidInput
 
@@ -121,14 +122,14 @@ class FileStore(Store):
         if dfd is None:
             return
         try:
-            folder = f"{cid.kind}/{encode_name(cid.name)}"
+            folder = f"{cid.kind}/{encode_name(cid.name)}"  # (named in a refusal)
             n = start
             while stop is None or n < stop:
-                shown = f"{folder}/{event_file(n)}"
-                data = read_in(dfd, event_file(n), shown)
+                name = event_file(n)
+                data = read_in(dfd, name, folder)
                 if data is None:
                     return
-                yield Event(n, _value(data, shown))
+                yield Event(n, _value(data, folder, name))
                 n += 1
         finally:
             os.close(dfd)
@@ -187,7 +188,7 @@ class FileStore(Store):
 
     def _read_entry(self, path: Path) -> tuple[str, dict[str, Any]] | None:
         parts = path.relative_to(self.root).parts
-        return _entry_of(read_below(self.root, *parts), "/".join(parts))
+        return _entry_of(read_below(self.root, *parts), "/".join(parts[:-1]), parts[-1])
 
     def get(self, cid: CollectionId, key: str) -> dict[str, Any] | None:
         self._map(cid)
@@ -212,7 +213,7 @@ class FileStore(Store):
 
     def items(self, cid: CollectionId) -> Iterator[tuple[str, dict[str, Any]]]:
         self._map(cid)
-        folder = f"{cid.kind}/{encode_name(cid.name)}"  # (as its files are named)
+        folder = f"{cid.kind}/{encode_name(cid.name)}"  # (named in a refusal)
         dfd = open_folder(self.root, cid.kind, encode_name(cid.name))
         if dfd is None:
             return
@@ -226,16 +227,14 @@ class FileStore(Store):
             for fname in names:
                 key = decode_name(fname[:-5])
                 if key is None:
-                    shown = f"{folder}/{fname}"
-                    got = _entry_of(read_in(dfd, fname, shown), shown)
+                    got = _entry_of(read_in(dfd, fname, folder), folder, fname)
                     if got is None:
                         continue
                     key = got[0]
                 keyed.append((key, fname))
             keyed.sort()
             for _key, fname in keyed:
-                shown = f"{folder}/{fname}"
-                got = _entry_of(read_in(dfd, fname, shown), shown)
+                got = _entry_of(read_in(dfd, fname, folder), folder, fname)
                 if got is not None:
                     yield got
         finally:
@@ -354,27 +353,31 @@ class FileStore(Store):
             return True
 
 
-def _entry_of(data: bytes | None, shown: str) -> tuple[str, dict[str, Any]] | None:
-    """A map entry's file as read (None: none there), ``shown`` by its path in the
-    store: its key and value."""
+def _entry_of(data: bytes | None, folder: str, name: str) -> tuple[str, dict[str, Any]] | None:
+    """A map entry's file as read (None: none there), ``name`` in the store's ``folder``:
+    its key and value (parsed once: the value is the object in it)."""
     if data is None:
         return None
     try:
         obj = json.loads(data)
     except ValueError as e:  # not JSON, or not UTF-8
-        raise _not_ours(shown, f"not JSON ({e})") from None
+        raise _not_ours(shown(folder, name), f"not JSON ({e})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or "value" not in obj:
-        raise _not_ours(shown, "not an entry (its key and value)")
-    return obj["key"], _value(json.dumps(obj["value"]).encode(), shown)
+        raise _not_ours(shown(folder, name), "not an entry (its key and value)")
+    if not isinstance(obj["value"], dict):
+        raise InvalidInput(
+            f"the store's file {shown(folder, name)}: a stored value is not a JSON object"
+        )
+    return obj["key"], obj["value"]
 
 
-def _value(data: bytes, shown: str) -> dict[str, Any]:
+def _value(data: bytes, folder: str, name: str) -> dict[str, Any]:
     try:
         return decode_value(data)
     except InvalidInput as e:
-        raise InvalidInput(f"the store's file {shown}: {e.message}") from None
+        raise InvalidInput(f"the store's file {shown(folder, name)}: {e.message}") from None
 
 
-def _not_ours(shown: str, why: str) -> InvalidInput:
+def _not_ours(path: str, why: str) -> InvalidInput:
     """A file of the store that lnk did not write so (the agent writes the folder)."""
-    return InvalidInput(f"the store's file {shown} is {why}")
+    return InvalidInput(f"the store's file {path} is {why}")

@@ -157,6 +157,7 @@ def test_a_store_file_longer_than_any_lnk_writes_is_refused_before_it_is_read_wh
         ("event", b"[1, 2]", r"000000000002\.json: a stored value is not a JSON object"),
         ("entry", b'{"value": {}}', r"plan\.json is not an entry"),
         ("entry", b"\xff", r"plan\.json is not JSON"),
+        ("entry", b'{"key": "plan", "value": [1]}', r"plan\.json: a stored value is not a JSON"),
         ("name", b"\xff\xfe", r"/\.name is not UTF-8"),
         ("version", b"3; rm -rf ~", r"/\.version is not a version number"),
         # more digits than int() reads from a text (4,300): a ValueError, not a refusal
