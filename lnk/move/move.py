@@ -34,7 +34,7 @@ from lnk.move.signals import Guard, deferred_signals
 from lnk.move.steps import Ends
 from lnk.payload.receivers import purge_expired
 from lnk.places import boxes
-from lnk.places.where import HERE, Whereabouts, locations, place_leg, where_is
+from lnk.places.where import HERE, Whereabouts, place_leg, where_is
 from lnk.protocol import BackupSchedule, Prepared, ReceiveReport, Status
 from lnk.transport import share
 from lnk.transport.legs import Leg
@@ -90,13 +90,16 @@ def move(
     with share.shared(), ThreadPoolExecutor(1, "lnk-move-to") as early:
         finish_all(machine, say)
         # where the agent is, asked of a box, starts that box's server: the
-        # destination's starts meanwhile, not after it (a move --from a box)
-        dst = (
-            early.submit(_ready_end, machine, to, say)
-            if _asks_a_box(machine, name, from_box, to)
-            else None
-        )
-        where = where_is(machine, name, from_box)
+        # destination's starts meanwhile, not after it (a move --from a box); not the
+        # box named as both (refused), nor where nothing is asked
+        starts: list[Future[Leg]] = []
+
+        def asking() -> None:
+            if from_box != to:
+                starts.append(early.submit(_ready_end, machine, to, say))
+
+        where = where_is(machine, name, from_box, asking=asking)
+        dst = starts[0] if starts else None
         try:
             result = _move(
                 machine,
@@ -114,15 +117,6 @@ def move(
             raise
         result["delivered"] = _deliver_held(machine, where.id, say)
     return result
-
-
-def _asks_a_box(machine: Machine, name: str | None, from_box: str | None, to: str) -> bool:
-    """Whether :func:`where_is` asks a box other than ``to`` where the agent is."""
-    if from_box is not None:
-        return from_box not in (HERE, to)
-    if name is None or machine.settings_file(name).exists() or name in locations(machine):
-        return False
-    return to != HERE  # every box is asked; the one it is on may be ``to`` (refused then)
 
 
 def _deliver_held(machine: Machine, agent_id: str, say: Say) -> list[dict[str, Any]]:

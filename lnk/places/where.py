@@ -99,17 +99,25 @@ def _on_box(machine: Machine, box: str, name: str) -> Whereabouts:
 
 
 def where_is(
-    machine: Machine, name: str | None, from_box: str | None = None, *, ask_boxes: bool = True
+    machine: Machine,
+    name: str | None,
+    from_box: str | None = None,
+    *,
+    ask_boxes: bool = True,
+    asking: Callable[[], object] | None = None,
 ) -> Whereabouts:
     """Where the agent is: here, where this computer moved it, or on a box.
 
     ``from_box`` names the box it is on (one created or restored there); without
     it, an agent neither here nor moved from here is looked for on every box
-    (unless ``ask_boxes`` is False).
+    (unless ``ask_boxes`` is False).  ``asking()`` is called once just before a box is
+    asked (a caller may start meanwhile what it needs next), never when none is.
     """
     if from_box is not None and from_box != HERE:
         if name is None:
             raise UsageError(f"say which agent on {from_box}", hint="add --agent NAME")
+        if asking is not None:
+            asking()
         return _on_box(machine, from_box, name)
     locs = locations(machine)
     if name is None:
@@ -133,6 +141,8 @@ def where_is(
             f"no agent named {name!r} here or on a box it was moved to",
             hint="lnk agent list shows the agents here and on every box",
         )
+    if asking is not None:
+        asking()
     holders, silent = [], []
     for b in agents_on_boxes():
         if b.agents is None:
